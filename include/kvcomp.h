@@ -1,0 +1,200 @@
+/* kvcomp — long-context LLM inference on the CPU with a compressed KV cache.
+ *
+ * The public API: opaque handles, one status enum, a doc block per function.
+ * The library never exits or aborts on bad input: every function that can fail
+ * returns a kvc_status, and kvc_last_error() says what failed (naming the field
+ * and the value) on the calling thread. The kvcomp command uses only this header.
+ */
+#ifndef KVCOMP_H
+#define KVCOMP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ------------------------------------------------------------- */
+
+/* Stable values: never renumber, only append. */
+typedef enum kvc_status {
+    KVC_OK = 0,
+    KVC_ERR_NOMEM = 1,       /* an allocation failed */
+    KVC_ERR_IO = 2,          /* a file could not be opened, read, mapped or written */
+    KVC_ERR_FORMAT = 3,      /* untrusted input is malformed (GGUF, profile, saved cache) */
+    KVC_ERR_UNSUPPORTED = 4, /* well-formed but not supported (architecture, weight type) */
+    KVC_ERR_ARG = 5,         /* a caller's argument or a spec/flag value is invalid */
+    KVC_ERR_RANGE = 6,       /* a size or count exceeds a limit (context length, ...) */
+    KVC_ERR_INTERNAL = 7,    /* a broken internal invariant; a bug in kvcomp */
+} kvc_status;
+
+/* A short constant description of a status ("out of memory", ...). */
+const char *kvc_status_string(kvc_status s);
+
+/* The detailed message of the last error on this thread, e.g.
+ * "tensor blk.3.attn_k.weight: offset 812 past end of file (640)".
+ * Empty string when nothing failed. Valid until the next failing call. */
+const char *kvc_last_error(void);
+
+/* ---- CPU features and kernel dispatch ------------------------------------ */
+
+typedef enum kvc_isa { KVC_ISA_SCALAR = 0, KVC_ISA_AVX2 = 1, KVC_ISA_AVX512 = 2 } kvc_isa;
+
+/* The instruction set the kernels use: the best the CPU supports, lowered by the
+ * environment variable KVC_ISA=scalar|avx2|avx512 (never raised above the CPU). */
+kvc_isa kvc_active_isa(void);
+const char *kvc_isa_name(kvc_isa isa);
+
+
+/* ---- threads -------------------------------------------------------------- */
+
+/* Number of worker threads used when a caller passes n_threads <= 0: one per online CPU. */
+int kvc_default_threads(void);
+
+/* ---- GGUF inspection ------------------------------------------------------ */
+
+/* Prints a GGUF file's header, metadata (arrays abbreviated) and tensor table
+ * (name, type, shape, bytes) to `out`, or one JSON object when json != 0.
+ * Fails with a message naming the bad field on a malformed file. */
+kvc_status kvc_inspect(const char *path, void *out /* FILE* */, int json);
+
+/* ---- model ---------------------------------------------------------------- */
+
+typedef struct kvc_model kvc_model;
+
+typedef struct kvc_model_info {
+    const char *arch;       /* "llama", "qwen2", ... */
+    const char *name;       /* general.name or "" */
+    int n_layers, n_heads, n_kv_heads, head_dim, dim, ffn_dim, n_vocab, ctx_train;
+    float rope_base;
+    uint64_t n_params;
+    uint64_t weight_bytes;
+} kvc_model_info;
+
+/* Loads a GGUF model of the Llama family (tensors mmap'd). Unsupported
+ * architectures and weight types are errors naming the field or tensor. */
+kvc_status kvc_model_load(const char *path, kvc_model **out);
+void kvc_model_free(kvc_model *m);
+void kvc_model_info_get(const kvc_model *m, kvc_model_info *out);
+
+/* ---- tokenizer ------------------------------------------------------------ */
+
+/* Encodes UTF-8 text (invalid bytes are handled, never fatal). add_bos adds the
+ * model's BOS token when its metadata asks for one. Special-token text such as
+ * "<|im_start|>" becomes a control token only when parse_special != 0.
+ * Writes at most cap tokens; *n_out is the full count (call again with a larger
+ * buffer if *n_out > cap). */
+kvc_status kvc_tokenize(const kvc_model *m, const char *text, size_t len, int add_bos,
+                        int parse_special, int32_t *tokens, int cap, int *n_out);
+
+/* The raw bytes of one token (may be a partial UTF-8 sequence). Control tokens
+ * give their text only when show_special != 0. Returns the byte count written
+ * (at most cap), or -1 for an out-of-range id. */
+int kvc_token_piece(const kvc_model *m, int32_t token, int show_special, char *buf, int cap);
+
+/* Special tokens; -1 when the model has none. */
+int32_t kvc_token_bos(const kvc_model *m);
+int32_t kvc_token_eos(const kvc_model *m);
+/* Whether a token ends a turn or the text (EOS, EOT, <|im_end|> ...). */
+int kvc_token_is_end(const kvc_model *m, int32_t token);
+
+/* Incremental detokenisation for streamed output: feed tokens, get back only
+ * complete UTF-8 (a multi-byte character split across tokens is held back). */
+typedef struct kvc_detok kvc_detok;
+kvc_status kvc_detok_create(const kvc_model *m, kvc_detok **out);
+void kvc_detok_free(kvc_detok *d);
+/* Appends the printable text of `token` to buf (NUL-terminated, at most cap-1
+ * bytes) and returns the number of bytes; 0 when bytes are held back. */
+int kvc_detok_push(kvc_detok *d, int32_t token, char *buf, int cap);
+
+/* Chat template of the model (ChatML for SmolLM2/Qwen2, Llama-3 headers, Llama-2
+ * [INST]) chosen from tokenizer.chat_template. Returns a malloc'd string the
+ * caller frees with free(). */
+typedef struct kvc_chat_msg {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content;
+} kvc_chat_msg;
+kvc_status kvc_chat_apply(const kvc_model *m, const kvc_chat_msg *msgs, int n_msgs,
+                          int add_assistant_prompt, char **out);
+
+/* ---- KV cache ------------------------------------------------------------- */
+
+/* A cache is chosen by a method spec "name[:key=value,...]", e.g.
+ * "full:f16" or "kivi:bits=2,group=32,window=32". */
+
+/* Prints every method with its parameters, defaults and one-line description. */
+void kvc_methods_print(void *out /* FILE* */);
+
+/* Checks a spec without building a cache; the error lists valid names/keys. */
+kvc_status kvc_method_validate(const char *spec);
+
+typedef struct kvc_cache_stats {
+    uint64_t tokens;          /* tokens held, summed over layers / n_layers */
+    uint64_t payload_bytes;   /* encoded K and V values */
+    uint64_t meta_bytes;      /* scales, mins, bitmaps, offsets, padding */
+    uint64_t index_bytes;     /* selection index (page min/max, block means, ...) */
+    uint64_t window_bytes;    /* dense hot window */
+    uint64_t buffer_bytes;    /* update buffers and scratch owned by the cache */
+    double bytes_per_token;   /* all of the above / tokens, over all layers and heads */
+    double bits_per_element;  /* all of the above * 8 / (tokens * layers * kv_heads * head_dim * 2) */
+    double ratio_vs_f16;      /* dense f16 bytes / bytes used */
+} kvc_cache_stats;
+
+/* ---- inference context ---------------------------------------------------- */
+
+/* One sequence: run state, KV cache and thread pool. */
+typedef struct kvc_ctx kvc_ctx;
+
+typedef struct kvc_ctx_params {
+    int n_ctx;            /* maximum tokens (prompt + generated); 0: the model's training context */
+    int n_threads;        /* <= 0: one per CPU */
+    int n_batch;          /* prefill chunk in tokens; 0: 512 */
+    const char *kv_spec;  /* NULL: "full:f32" */
+} kvc_ctx_params;
+
+kvc_status kvc_ctx_create(kvc_model *m, const kvc_ctx_params *p, kvc_ctx **out);
+void kvc_ctx_free(kvc_ctx *c);
+/* Forgets all tokens (cache reset); the context can be reused. */
+void kvc_ctx_reset(kvc_ctx *c);
+/* Tokens processed so far. */
+int kvc_ctx_pos(const kvc_ctx *c);
+
+/* Runs n prompt tokens (chunks of n_batch, each attending to the cached past
+ * and densely to itself), appending their K/V to the cache. If logits is not
+ * NULL it receives the next-token logits after the last token (n_vocab floats).
+ * KVC_ERR_RANGE if pos + n exceeds n_ctx (the message says how to raise -c). */
+kvc_status kvc_ctx_prefill(kvc_ctx *c, const int32_t *tokens, int n, float *logits);
+
+/* Like prefill but writes logits for every position (n * n_vocab floats). */
+kvc_status kvc_ctx_prefill_all(kvc_ctx *c, const int32_t *tokens, int n, float *logits);
+
+/* One decode step: appends token's K/V and writes the next-token logits. */
+kvc_status kvc_ctx_decode(kvc_ctx *c, int32_t token, float *logits);
+
+void kvc_ctx_cache_stats(const kvc_ctx *c, kvc_cache_stats *out);
+
+/* Seconds spent so far in weights (matvec/GEMM), attention and cache management. */
+typedef struct kvc_ctx_timing {
+    double weights_s, attention_s, cache_s;
+} kvc_ctx_timing;
+void kvc_ctx_timing_get(const kvc_ctx *c, kvc_ctx_timing *out);
+
+/* ---- sampler -------------------------------------------------------------- */
+
+typedef struct kvc_sampler_params {
+    float temp;   /* <= 0: greedy */
+    int top_k;    /* <= 0: off */
+    float top_p;  /* >= 1: off */
+    uint64_t seed;
+} kvc_sampler_params;
+
+typedef struct kvc_sampler kvc_sampler;
+kvc_status kvc_sampler_create(const kvc_sampler_params *p, int n_vocab, kvc_sampler **out);
+void kvc_sampler_free(kvc_sampler *s);
+int32_t kvc_sampler_sample(kvc_sampler *s, const float *logits);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KVCOMP_H */
