@@ -1,0 +1,53 @@
+/* The attention driver (DESIGN.md §4, "Driver"): decode attention of the G
+ * query heads of each KV head over one stream's chunks — selection, then qk
+ * and pv per tile with an online softmax, transform groups with their own
+ * partial accumulators, flash-decoding splits along tokens merged at the end.
+ * Used by cache.c for decode and by the benchmark; knows nothing of methods
+ * beyond the selection plan and the attention-weights callback. */
+#ifndef KVC_KV_ATTEND_H
+#define KVC_KV_ATTEND_H
+
+#include "kv/method/method.h"
+
+struct kvc_pool;
+
+/* Per-stream request of one attend call. */
+typedef struct kvc_attend_req {
+    kvc_stream *s;
+    const float *q;           /* [G][dim], unscaled */
+    float *out;               /* [G][dim] */
+    kvc_select_plan plan;     /* budget < 0: everything */
+    int want_attn;            /* keep probabilities for on_attn */
+} kvc_attend_req;
+
+/* Reusable scratch of the driver (grows on demand). */
+typedef struct kvc_attend_ws kvc_attend_ws;
+kvc_status kvc_attend_ws_create(kvc_attend_ws **out);
+void kvc_attend_ws_free(kvc_attend_ws *ws);
+uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws);
+
+/* Callback after the merge when want_attn: see kvc_method_ops.on_attn. */
+typedef void (*kvc_attn_cb)(void *ctx, int req, int ci, const kvc_range *r, int nr,
+                            const float *p);
+/* Callback with the selected units of request `req` (may be NULL). */
+typedef void (*kvc_select_cb)(void *ctx, int req, int n_units, const int32_t *chunk_idx,
+                              const kvc_range *units);
+
+typedef struct kvc_attend_opts {
+    int G;                    /* query heads per KV head */
+    int split;                /* 0: automatic; >= 1: parts per stream (tests force splits) */
+    int min_split_tokens;     /* automatic split only above this many tokens per part; 0: 2048 */
+    kvc_attn_cb on_attn;
+    kvc_select_cb on_select;
+    void *cb_ctx;
+} kvc_attend_opts;
+
+/* Runs n_req independent stream attentions in parallel on pool (may be NULL). */
+kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *opts,
+                      struct kvc_pool *pool, kvc_attend_ws *ws);
+
+/* Plain reference: decodes every live token (kvc_chunk_decode) and does a
+ * two-pass softmax in double precision, no selection. For tests. */
+kvc_status kvc_attend_reference(const kvc_stream *s, const float *q, int G, float *out);
+
+#endif

@@ -1,0 +1,52 @@
+/* Dense codecs f32 / f16 / bf16 (the `full` method, hot windows, reference):
+ * a blob is rows [n][dim] of one element type, appendable, with spare
+ * capacity counted as metadata. Kernels: qk (G queries against n rows) and
+ * pv (accumulate G probability rows times n value rows), a scalar reference
+ * in codec/dense.c and AVX2 / AVX-512 variants in src/kernels/<isa>/kv_dense_*.c,
+ * registered over the references at start-up by kvc_codecs_init(). */
+#ifndef KVC_KV_CODEC_DENSE_H
+#define KVC_KV_CODEC_DENSE_H
+
+#include "kv/codec/codec.h"
+
+typedef enum kvc_dense_type { KVC_DENSE_F32 = 0, KVC_DENSE_F16 = 1, KVC_DENSE_BF16 = 2 } kvc_dense_type;
+enum { KVC_DENSE_N_TYPES = 3 };
+
+/* s[g*lds + i] = q[g*ldq + :d] . x[i][:d]       for i < n, g < G  (x rows of d elements) */
+typedef void (*kvc_qk_dense_fn)(const void *x, int n, int d, const float *q, int G, int ldq,
+                                float *s, int lds);
+/* o[g*ldo + :d] += sum_i p[g*ldp + i] * x[i][:d] */
+typedef void (*kvc_pv_dense_fn)(const void *x, int n, int d, const float *p, int G, int ldp,
+                                float *o, int ldo);
+
+typedef struct kvc_dense_kernels {
+    kvc_qk_dense_fn qk[KVC_DENSE_N_TYPES];
+    kvc_pv_dense_fn pv[KVC_DENSE_N_TYPES];
+} kvc_dense_kernels;
+
+/* The active kernels (after kvc_codecs_init) and the scalar references. */
+extern kvc_dense_kernels kvc_dense_k;
+extern const kvc_dense_kernels kvc_dense_ref;
+
+/* Codec tables (names "f32", "f16", "bf16"). */
+extern const kvc_codec_ops kvc_codec_f32, kvc_codec_f16, kvc_codec_bf16;
+const kvc_codec_ops *kvc_codec_dense(kvc_dense_type t);
+
+/* Raw rows of a dense blob (type per its codec) and its count; for kernels and tests. */
+const void *kvc_dense_rows(const void *blob);
+
+/* SIMD variants (src/kernels/<isa>/kv_dense_<isa>.c). */
+void kvc_qk_dense_f32_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
+void kvc_qk_dense_f16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
+void kvc_qk_dense_bf16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
+void kvc_pv_dense_f32_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
+void kvc_pv_dense_f16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
+void kvc_pv_dense_bf16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
+void kvc_qk_dense_f32_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
+void kvc_qk_dense_f16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
+void kvc_qk_dense_bf16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
+void kvc_pv_dense_f32_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
+void kvc_pv_dense_f16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
+void kvc_pv_dense_bf16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
+
+#endif

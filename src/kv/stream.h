@@ -1,0 +1,53 @@
+/* Streams (DESIGN.md §4): the tokens of one (layer, KV head) as a list of
+ * sealed chunks plus the dense f32 hot window holding the newest tokens.
+ *
+ * Life of a token: the cache appends it to the hot window, calls the method's
+ * on_append hook (with the token's k, v and, in prefill, the queries that
+ * observed it), then asks the method's hot_leave hook how many of the oldest
+ * hot tokens leave now; those are handed to the method's build_chunk hook and
+ * the resulting chunk is inserted. Methods evict (kvc_chunk_kill, or
+ * kvc_stream_replace with a compacted chunk), and swap in chunks built by a
+ * background thread at step boundaries (the method's step hook) with
+ * kvc_stream_replace. Nothing else touches the chunk list, and the driver only
+ * reads it, so background threads must work on their own copies.
+ *
+ * Chunks sharing a transform must be contiguous in the list (transform group). */
+#ifndef KVC_KV_STREAM_H
+#define KVC_KV_STREAM_H
+
+#include <stdint.h>
+
+#include "kv/chunk.h"
+
+enum { KVC_MAX_STACK = 4 }; /* layers in a method spec: base + up to 3 modifiers */
+
+typedef struct kvc_stream {
+    int layer, head;      /* this stream's layer and KV head */
+    int dim;              /* head_dim */
+    int64_t n_pos;        /* tokens seen (next position) */
+    kvc_chunk **chunks;   /* sealed chunks, oldest first by convention; n_chunks of them */
+    int n_chunks, cap_chunks;
+    kvc_chunk *hot;       /* dense f32 hot window (KVC_CHUNK_HOT), newest tokens; never NULL */
+    uint64_t version;     /* bumped whenever the chunk list or a dead mask changes */
+    void *mstate[KVC_MAX_STACK]; /* per-stream state of each method layer (base first) */
+    void *sel_cache;      /* driver-owned: previous selection (for reuse) */
+} kvc_stream;
+
+/* Tokens held (sealed chunks + hot window, dead ones excluded). */
+int64_t kvc_stream_live_tokens(const kvc_stream *s);
+
+/* Inserts a chunk at index `at` (n_chunks: at the end, just before the hot
+ * window); the stream takes ownership. */
+kvc_status kvc_stream_insert(kvc_stream *s, int at, kvc_chunk *c);
+
+/* Replaces chunks [first, first+count) by new_chunks[0..n_new) (ownership
+ * taken; the old ones are freed with the method's chunk_free hook first).
+ * count = 0 inserts, n_new = 0 removes (eviction of whole chunks). */
+kvc_status kvc_stream_replace(kvc_stream *s, int first, int count, kvc_chunk **new_chunks,
+                              int n_new);
+
+/* The hot window: rows k, v [hot->n][dim] f32, contiguous, oldest first. */
+const float *kvc_stream_hot_k(const kvc_stream *s);
+const float *kvc_stream_hot_v(const kvc_stream *s);
+
+#endif
