@@ -54,6 +54,7 @@ typedef struct kvc_gguf_tensor {
     uint64_t offset;      /* relative to the data section, aligned */
     uint64_t n_bytes;     /* checked against the file */
     const void *data;     /* into the mapping */
+    uint64_t n_elements;  /* ne[0]*ne[1]*ne[2]*ne[3], checked not to overflow */
 } kvc_gguf_tensor;
 
 typedef struct kvc_gguf {
@@ -66,6 +67,7 @@ typedef struct kvc_gguf {
     const uint8_t *base; /* whole file mapping */
     size_t size;
     void *priv;          /* reader-owned allocations */
+    uint64_t data_offset; /* file offset of the tensor data section (aligned) */
 } kvc_gguf;
 
 /* Map and parse a file. On failure *out is NULL and nothing leaks. */
@@ -87,5 +89,26 @@ kvc_status kvc_gguf_get_str(const kvc_gguf *g, const char *key, const char **out
 
 /* Name of a value type ("u32", "string", ...). */
 const char *kvc_gguf_vtype_name(kvc_gguf_vtype t);
+
+/* More typed getters, same rules as above. get_i64 converts any integer that
+ * fits; get_bool wants a bool; get_arr wants an array whose elements have type
+ * `elem` and returns the array value (v->arr.n items in v->arr.items). */
+kvc_status kvc_gguf_get_i64(const kvc_gguf *g, const char *key, int64_t *out);
+kvc_status kvc_gguf_get_bool(const kvc_gguf *g, const char *key, int *out);
+kvc_status kvc_gguf_get_arr(const kvc_gguf *g, const char *key, kvc_gguf_vtype elem,
+                            const kvc_gguf_value **out);
+
+/* ggml tensor types as GGUF stores them: every id ggml defines, whether or not
+ * kvcomp has kernels for it (model/wtype.h covers the supported ones). Name
+ * ("q4_1"), elements per block and bytes per block; NULL / 0 for an unknown or
+ * removed id. */
+const char *kvc_ggml_type_name(uint32_t type);
+int kvc_ggml_type_block(uint32_t type, uint32_t *block, uint32_t *block_bytes);
+
+/* Limits the reader enforces (beyond "fits in the file"). */
+#define KVC_GGUF_MAX_ALIGNMENT (1u << 20)
+#define KVC_GGUF_MAX_KEY_LEN   65535u /* spec: keys are at most 2^16-1 bytes */
+#define KVC_GGUF_MAX_NAME_LEN  64u    /* spec: tensor names are at most 64 bytes */
+#define KVC_GGUF_MAX_DEPTH     8      /* nesting depth of arrays of arrays */
 
 #endif
