@@ -1,13 +1,13 @@
 /* kvc_inspect: a GGUF file's header, metadata and tensor table, as a human
  * table or as one JSON object. Arrays are abbreviated to their first few
  * items plus the count (nested arrays likewise); long strings are cut in the
- * table but kept whole in JSON. Non-UTF-8 bytes become U+FFFD in JSON so the
- * output always parses. Totals: tensors, elements, bytes, and bytes per type. */
+ * table but kept whole in JSON (written with base/json.h, so the output always
+ * parses, whatever bytes the file holds). Totals: tensors, elements, bytes, and bytes per type. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/json.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "kvcomp.h"
@@ -16,45 +16,6 @@
 #define TEXT_STR   60 /* bytes shown of a string in the table */
 
 /* ---- strings -------------------------------------------------------------- */
-
-/* Length of the valid UTF-8 sequence at s (n bytes left), or 0 if invalid. */
-static int utf8_len(const unsigned char *s, uint64_t n) {
-    unsigned c = s[0];
-    int len;
-    unsigned min;
-    if (c < 0x80) return 1;
-    if (c >= 0xc2 && c <= 0xdf) len = 2, min = 0x80;
-    else if (c >= 0xe0 && c <= 0xef) len = 3, min = 0x800;
-    else if (c >= 0xf0 && c <= 0xf4) len = 4, min = 0x10000;
-    else return 0;
-    if ((uint64_t)len > n) return 0;
-    unsigned cp = c & (0x3fu >> (len - 1));
-    for (int i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return len;
-}
-
-static void json_str(FILE *f, const char *p, uint64_t len) {
-    const unsigned char *s = (const unsigned char *)p;
-    fputc('"', f);
-    for (uint64_t i = 0; i < len;) {
-        unsigned c = s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c), i++;
-        else if (c == '\n') fputs("\\n", f), i++;
-        else if (c == '\t') fputs("\\t", f), i++;
-        else if (c == '\r') fputs("\\r", f), i++;
-        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c), i++;
-        else {
-            int n = utf8_len(s + i, len - i);
-            if (n == 0) fputs("\\ufffd", f), i++;
-            else fwrite(s + i, 1, (size_t)n, f), i += (uint64_t)n;
-        }
-    }
-    fputc('"', f);
-}
 
 /* Quoted, escaped and cut to TEXT_STR bytes for the table. */
 static void text_str(FILE *f, const char *p, uint64_t len) {
@@ -81,31 +42,9 @@ static void text_name(FILE *f, const char *p, uint64_t len, int width) {
     for (uint64_t i = len; i < (uint64_t)width; i++) fputc(' ', f);
 }
 
-/* ---- values --------------------------------------------------------------- */
+/* ---- values ---------------------------------------------------------------- */
 
-static void put_value(FILE *f, const kvc_gguf_value *v, int json);
-
-static void put_float(FILE *f, double x, int is_f32, int json) {
-    if (json && !isfinite(x)) fputs("null", f);
-    else fprintf(f, is_f32 ? "%.9g" : "%.17g", x);
-}
-
-static void put_array(FILE *f, const kvc_gguf_value *v, int json) {
-    uint64_t n = v->arr.n, shown = n < ARRAY_HEAD ? n : ARRAY_HEAD;
-    if (json)
-        fprintf(f, "{\"type\":\"array\",\"elem_type\":\"%s\",\"count\":%" PRIu64 ",\"head\":[",
-                kvc_gguf_vtype_name(v->arr.type), n);
-    else
-        fprintf(f, "[%s x %" PRIu64 "] [", kvc_gguf_vtype_name(v->arr.type), n);
-    for (uint64_t i = 0; i < shown; i++) {
-        if (i) fputs(json ? "," : ", ", f);
-        put_value(f, &v->arr.items[i], json);
-    }
-    if (!json && shown < n) fputs(", ...", f);
-    fputs(json ? "]}" : "]", f);
-}
-
-static void put_value(FILE *f, const kvc_gguf_value *v, int json) {
+static void text_value(FILE *f, const kvc_gguf_value *v) {
     switch (v->type) {
     case KVC_GGUF_U8: case KVC_GGUF_U16: case KVC_GGUF_U32: case KVC_GGUF_U64:
         fprintf(f, "%" PRIu64, v->u);
@@ -113,14 +52,49 @@ static void put_value(FILE *f, const kvc_gguf_value *v, int json) {
     case KVC_GGUF_I8: case KVC_GGUF_I16: case KVC_GGUF_I32: case KVC_GGUF_I64:
         fprintf(f, "%" PRId64, v->i);
         break;
-    case KVC_GGUF_F32: put_float(f, v->f, 1, json); break;
-    case KVC_GGUF_F64: put_float(f, v->f, 0, json); break;
+    case KVC_GGUF_F32: fprintf(f, "%.9g", v->f); break;
+    case KVC_GGUF_F64: fprintf(f, "%.17g", v->f); break;
     case KVC_GGUF_BOOL: fputs(v->u ? "true" : "false", f); break;
-    case KVC_GGUF_STRING:
-        if (json) json_str(f, v->s.ptr, v->s.len);
-        else text_str(f, v->s.ptr, v->s.len);
+    case KVC_GGUF_STRING: text_str(f, v->s.ptr, v->s.len); break;
+    case KVC_GGUF_ARRAY: {
+        uint64_t n = v->arr.n, shown = n < ARRAY_HEAD ? n : ARRAY_HEAD;
+        fprintf(f, "[%s x %" PRIu64 "] [", kvc_gguf_vtype_name(v->arr.type), n);
+        for (uint64_t i = 0; i < shown; i++) {
+            if (i) fputs(", ", f);
+            text_value(f, &v->arr.items[i]);
+        }
+        fputs(shown < n ? ", ...]" : "]", f);
         break;
-    case KVC_GGUF_ARRAY: put_array(f, v, json); break;
+    }
+    }
+}
+
+/* Arrays become {"type":"array","elem_type":..,"count":..,"head":[first items]}. */
+static void json_value(kvc_json *j, const kvc_gguf_value *v) {
+    switch (v->type) {
+    case KVC_GGUF_U8: case KVC_GGUF_U16: case KVC_GGUF_U32: case KVC_GGUF_U64:
+        kvc_json_uint(j, v->u);
+        break;
+    case KVC_GGUF_I8: case KVC_GGUF_I16: case KVC_GGUF_I32: case KVC_GGUF_I64:
+        kvc_json_int(j, v->i);
+        break;
+    case KVC_GGUF_F32: kvc_json_num(j, (float)v->f); break;
+    case KVC_GGUF_F64: kvc_json_num(j, v->f); break;
+    case KVC_GGUF_BOOL: kvc_json_bool(j, v->u != 0); break;
+    case KVC_GGUF_STRING: kvc_json_strn(j, v->s.ptr, (size_t)v->s.len); break;
+    case KVC_GGUF_ARRAY: {
+        uint64_t n = v->arr.n, shown = n < ARRAY_HEAD ? n : ARRAY_HEAD;
+        kvc_json_obj_begin(j);
+        kvc_json_kv_str(j, "type", "array");
+        kvc_json_kv_str(j, "elem_type", kvc_gguf_vtype_name(v->arr.type));
+        kvc_json_kv_uint(j, "count", n);
+        kvc_json_key(j, "head");
+        kvc_json_arr_begin(j);
+        for (uint64_t i = 0; i < shown; i++) json_value(j, &v->arr.items[i]);
+        kvc_json_arr_end(j);
+        kvc_json_obj_end(j);
+        break;
+    }
     }
 }
 
@@ -171,7 +145,7 @@ static void print_text(FILE *f, const char *path, const kvc_gguf *g) {
         fputs("  ", f);
         text_name(f, kv->key.ptr, kv->key.len, 44);
         fprintf(f, " %-7s ", tn);
-        put_value(f, &kv->value, 0);
+        text_value(f, &kv->value);
         fputc('\n', f);
     }
     fprintf(f, "\ntensors: %" PRIu64 "\n", g->n_tensors);
@@ -197,41 +171,65 @@ static void print_text(FILE *f, const char *path, const kvc_gguf *g) {
 static void print_json(FILE *f, const char *path, const kvc_gguf *g) {
     totals t;
     count(g, &t);
-    fputs("{\"path\":", f);
-    json_str(f, path, strlen(path));
-    fprintf(f,
-            ",\"size\":%zu,\"version\":%" PRIu32 ",\"alignment\":%" PRIu64
-            ",\"data_offset\":%" PRIu64 ",\"n_kv\":%" PRIu64 ",\"n_tensors\":%" PRIu64,
-            g->size, g->version, g->alignment, g->data_offset, g->n_kv, g->n_tensors);
-    fputs(",\"metadata\":[", f);
+    kvc_json j;
+    kvc_json_init(&j, f, 0);
+    kvc_json_obj_begin(&j);
+    kvc_json_kv_str(&j, "path", path);
+    kvc_json_kv_uint(&j, "size", g->size);
+    kvc_json_kv_uint(&j, "version", g->version);
+    kvc_json_kv_uint(&j, "alignment", g->alignment);
+    kvc_json_kv_uint(&j, "data_offset", g->data_offset);
+    kvc_json_kv_uint(&j, "n_kv", g->n_kv);
+    kvc_json_kv_uint(&j, "n_tensors", g->n_tensors);
+    kvc_json_key(&j, "metadata");
+    kvc_json_arr_begin(&j);
     for (uint64_t i = 0; i < g->n_kv; i++) {
         const kvc_gguf_kv *kv = &g->kv[i];
-        fputs(i ? ",{\"key\":" : "{\"key\":", f);
-        json_str(f, kv->key.ptr, kv->key.len);
-        fprintf(f, ",\"type\":\"%s\",\"value\":", kvc_gguf_vtype_name(kv->value.type));
-        put_value(f, &kv->value, 1);
-        fputc('}', f);
+        kvc_json_obj_begin(&j);
+        kvc_json_key(&j, "key");
+        kvc_json_strn(&j, kv->key.ptr, (size_t)kv->key.len);
+        kvc_json_kv_str(&j, "type", kvc_gguf_vtype_name(kv->value.type));
+        kvc_json_key(&j, "value");
+        json_value(&j, &kv->value);
+        kvc_json_obj_end(&j);
     }
-    fputs("],\"tensors\":[", f);
+    kvc_json_arr_end(&j);
+    kvc_json_key(&j, "tensors");
+    kvc_json_arr_begin(&j);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const kvc_gguf_tensor *x = &g->tensors[i];
-        fputs(i ? ",{\"name\":" : "{\"name\":", f);
-        json_str(f, x->name.ptr, x->name.len);
-        fprintf(f, ",\"type\":\"%s\",\"shape\":[", kvc_ggml_type_name(x->type));
-        for (uint32_t d = 0; d < x->n_dims; d++) fprintf(f, d ? ",%" PRIu64 : "%" PRIu64, x->ne[d]);
-        fprintf(f, "],\"offset\":%" PRIu64 ",\"bytes\":%" PRIu64 "}", x->offset, x->n_bytes);
+        kvc_json_obj_begin(&j);
+        kvc_json_key(&j, "name");
+        kvc_json_strn(&j, x->name.ptr, (size_t)x->name.len);
+        kvc_json_kv_str(&j, "type", kvc_ggml_type_name(x->type));
+        kvc_json_key(&j, "shape");
+        kvc_json_arr_begin(&j);
+        for (uint32_t d = 0; d < x->n_dims; d++) kvc_json_uint(&j, x->ne[d]);
+        kvc_json_arr_end(&j);
+        kvc_json_kv_uint(&j, "offset", x->offset);
+        kvc_json_kv_uint(&j, "bytes", x->n_bytes);
+        kvc_json_obj_end(&j);
     }
-    fprintf(f, "],\"totals\":{\"tensors\":%" PRIu64 ",\"elements\":%" PRIu64 ",\"bytes\":%" PRIu64
-               ",\"by_type\":{",
-            g->n_tensors, t.elements, t.bytes);
-    int first = 1;
+    kvc_json_arr_end(&j);
+    kvc_json_key(&j, "totals");
+    kvc_json_obj_begin(&j);
+    kvc_json_kv_uint(&j, "tensors", g->n_tensors);
+    kvc_json_kv_uint(&j, "elements", t.elements);
+    kvc_json_kv_uint(&j, "bytes", t.bytes);
+    kvc_json_key(&j, "by_type");
+    kvc_json_obj_begin(&j);
     for (uint32_t ty = 0; ty < N_TYPE_IDS; ty++) {
         if (!t.type_tensors[ty]) continue;
-        fprintf(f, "%s\"%s\":{\"tensors\":%" PRIu64 ",\"bytes\":%" PRIu64 "}", first ? "" : ",",
-                kvc_ggml_type_name(ty), t.type_tensors[ty], t.type_bytes[ty]);
-        first = 0;
+        kvc_json_key(&j, kvc_ggml_type_name(ty));
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_uint(&j, "tensors", t.type_tensors[ty]);
+        kvc_json_kv_uint(&j, "bytes", t.type_bytes[ty]);
+        kvc_json_obj_end(&j);
     }
-    fputs("}}}\n", f);
+    kvc_json_obj_end(&j);
+    kvc_json_obj_end(&j);
+    kvc_json_obj_end(&j);
+    kvc_json_finish(&j);
 }
 
 kvc_status kvc_inspect(const char *path, void *out, int json) {
