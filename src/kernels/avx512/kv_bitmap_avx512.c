@@ -1,0 +1,152 @@
+/* AVX-512 kernels for bitmap tiles (MUSTAFAR §3 "load as compressed, compute as
+ * dense", Appendix C): each 64-channel tile is expanded from its packed f16
+ * values with VPEXPANDW (AVX512-VBMI2) under the tile's bitmap, widened to f32
+ * and used as a dense 64-wide vector. q·k: one token at a time against all g
+ * query heads of the GQA group (the tile is read once per group), four tokens
+ * reduced together. p·v: tile-outer so the g×64 output accumulators stay in
+ * registers while the tokens stream by. Scalar reference: src/kv/codec/bitmap.c. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kv/codec/bitmap.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* The 64 values of one tile as 4 x 16 f32 (pruned channels are 0). `p` points at
+ * the tile's first packed value; returns the pointer past its last one. */
+ALWAYS_INLINE const kvc_f16 *expand_tile(const kvc_f16 *p, uint64_t m, __m512 f[4]) {
+    __mmask32 lo = (__mmask32)m, hi = (__mmask32)(m >> 32);
+    __m512i a = _mm512_maskz_expandloadu_epi16(lo, p);
+    p += __builtin_popcount((uint32_t)lo);
+    __m512i b = _mm512_maskz_expandloadu_epi16(hi, p);
+    p += __builtin_popcount((uint32_t)hi);
+    f[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(a));
+    f[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(a, 1));
+    f[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(b));
+    f[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(b, 1));
+    return p;
+}
+
+/* [sum(a0), sum(a1), sum(a2), sum(a3)] */
+ALWAYS_INLINE __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+    __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
+    __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
+    __m512d x = _mm512_castps_pd(s01), y = _mm512_castps_pd(s23);
+    __m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
+/* Heads [0, G) with G a compile-time constant after inlining. qs: per head a
+ * pointer to nt*64 floats (the tail tile zero-padded). */
+ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, const int G,
+                            int n, float *scores, int ld) {
+    int nt = kvc_bitmap_tiles(k->d);
+    int i = 0;
+    for (; i < n; i += 4) {
+        __m512 acc[4][4]; /* [token][head] */
+        int nb = n - i < 4 ? n - i : 4;
+        for (int j = 0; j < 4; j++) {
+            for (int h = 0; h < G; h++) acc[j][h] = _mm512_setzero_ps();
+            if (j >= nb) continue;
+            size_t tok = (size_t)(i + j);
+            const uint64_t *bits = k->bits + tok * nt;
+            const kvc_f16 *vp = k->vals + tok * (size_t)k->keep;
+            for (int t = 0; t < nt; t++) {
+                __m512 f[4];
+                vp = expand_tile(vp, bits[t], f);
+                for (int h = 0; h < G; h++) {
+                    const float *qt = qs[h] + t * 64;
+                    __m512 a = _mm512_mul_ps(f[0], _mm512_loadu_ps(qt));
+                    __m512 b = _mm512_mul_ps(f[1], _mm512_loadu_ps(qt + 16));
+                    a = _mm512_fmadd_ps(f[2], _mm512_loadu_ps(qt + 32), a);
+                    b = _mm512_fmadd_ps(f[3], _mm512_loadu_ps(qt + 48), b);
+                    acc[j][h] = _mm512_add_ps(acc[j][h], _mm512_add_ps(a, b));
+                }
+            }
+        }
+        for (int h = 0; h < G; h++) {
+            __m128 s = reduce4(acc[0][h], acc[1][h], acc[2][h], acc[3][h]);
+            float tmp[4];
+            _mm_storeu_ps(tmp, s);
+            memcpy(scores + (size_t)h * ld + i, tmp, (size_t)nb * sizeof(float));
+        }
+    }
+}
+
+void kvc_qk_bitmap_f16_avx512(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+                              float *scores, int ld) {
+    int d = k->d, nt = kvc_bitmap_tiles(d);
+    /* full tiles read q in place; when d % 64 != 0, each head reads a zero-padded copy */
+    _Alignas(64) float rows[4 * KVC_BITMAP_MAX_D];
+    for (int h0 = 0; h0 < g; h0 += 4) {
+        int gb = g - h0 < 4 ? g - h0 : 4;
+        const float *qs[4];
+        for (int h = 0; h < gb; h++) {
+            const float *qh = q + (size_t)(h0 + h) * ldq;
+            if (d & 63) {
+                float *r = rows + (size_t)h * nt * 64;
+                memcpy(r, qh, (size_t)d * sizeof(float));
+                memset(r + d, 0, (size_t)(nt * 64 - d) * sizeof(float));
+                qs[h] = r;
+            } else {
+                qs[h] = qh;
+            }
+        }
+        float *sc = scores + (size_t)h0 * ld;
+        switch (gb) {
+        case 1: qk_heads(k, qs, 1, n, sc, ld); break;
+        case 2: qk_heads(k, qs, 2, n, sc, ld); break;
+        case 3: qk_heads(k, qs, 3, n, sc, ld); break;
+        default: qk_heads(k, qs, 4, n, sc, ld); break;
+        }
+    }
+}
+
+/* One tile column `t` of all n tokens into G heads' 64 outputs. */
+ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, const int G, int ld,
+                           int n, float *out /* [G][64] */) {
+    int nt = kvc_bitmap_tiles(v->d);
+    __m512 acc[4][4];
+    for (int h = 0; h < G; h++)
+        for (int r = 0; r < 4; r++) acc[h][r] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i++) {
+        size_t tok = (size_t)i;
+        const uint64_t *bits = v->bits + tok * nt;
+        const kvc_f16 *vp = v->vals + tok * (size_t)v->keep;
+        for (int u = 0; u < t; u++) vp += __builtin_popcountll(bits[u]);
+        __m512 f[4];
+        expand_tile(vp, bits[t], f);
+        for (int h = 0; h < G; h++) {
+            __m512 w = _mm512_set1_ps(p[(size_t)h * ld + i]);
+            for (int r = 0; r < 4; r++) acc[h][r] = _mm512_fmadd_ps(w, f[r], acc[h][r]);
+        }
+    }
+    for (int h = 0; h < G; h++)
+        for (int r = 0; r < 4; r++) _mm512_storeu_ps(out + h * 64 + r * 16, acc[h][r]);
+}
+
+void kvc_pv_bitmap_f16_avx512(const kvc_bitmap_view *v, int n, const float *p, int g, int ld,
+                              float *out, int ldo) {
+    int d = v->d, nt = kvc_bitmap_tiles(d);
+    _Alignas(64) float part[4][64];
+    for (int h0 = 0; h0 < g; h0 += 4) {
+        int gb = g - h0 < 4 ? g - h0 : 4;
+        const float *ph = p + (size_t)h0 * ld;
+        for (int t = 0; t < nt; t++) {
+            switch (gb) {
+            case 1: pv_tile(v, t, ph, 1, ld, n, &part[0][0]); break;
+            case 2: pv_tile(v, t, ph, 2, ld, n, &part[0][0]); break;
+            case 3: pv_tile(v, t, ph, 3, ld, n, &part[0][0]); break;
+            default: pv_tile(v, t, ph, 4, ld, n, &part[0][0]); break;
+            }
+            int w = d - t * 64 < 64 ? d - t * 64 : 64;
+            for (int h = 0; h < gb; h++) {
+                float *o = out + (size_t)(h0 + h) * ldo + t * 64;
+                for (int c = 0; c < w; c++) o[c] += part[h][c];
+            }
+        }
+    }
+}

@@ -1,0 +1,78 @@
+/* Bitmap tiles (MUSTAFAR §3, Figure 5b; byte layout in docs/formats.md
+ * "Bitmap tiles"): the compressed form of per-token pruned K and V.
+ *
+ * CPU layout, token-major for both K and V: a token's vector of d channels is
+ * split into nt = ceil(d/64) tiles of 64 channels; each tile is a 64-bit bitmap
+ * (bit c%64 set when channel c is kept) and the kept values follow as f16 in
+ * channel order. Every token keeps exactly `keep` values, so token t's values
+ * start at t * keep and no per-tile offset array is stored: a tile's start
+ * inside its token is the popcount of the earlier tiles' bitmaps.
+ *
+ *   bits [n][nt] u64      vals [n][keep] f16      + KVC_BITMAP_PAD readable bytes
+ *
+ * The scalar references below are what the AVX2 and AVX-512 kernels
+ * (src/kernels/<isa>/kv_bitmap_<isa>.c) must match. */
+#ifndef KVC_KV_CODEC_BITMAP_H
+#define KVC_KV_CODEC_BITMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/f16.h"
+
+#define KVC_BITMAP_TILE 64
+/* Kernels may read up to this many bytes past the last value (16-byte loads
+ * of the AVX2 expand); buffers holding vals are allocated this much longer. */
+#define KVC_BITMAP_PAD 64
+/* Largest head size (channels per vector) the codec takes. */
+#define KVC_BITMAP_MAX_D 1024
+/* Most query heads per KV head the kernels take in one call. */
+#define KVC_BITMAP_MAX_G 16
+
+static inline int kvc_bitmap_tiles(int d) { return (d + KVC_BITMAP_TILE - 1) / KVC_BITMAP_TILE; }
+
+/* A read-only view of n consecutive encoded tokens. */
+typedef struct kvc_bitmap_view {
+    const uint64_t *bits; /* [n][nt] */
+    const kvc_f16 *vals;  /* [n][keep], KVC_BITMAP_PAD bytes readable past the end */
+    int d, keep;
+} kvc_bitmap_view;
+
+/* Packs one token: mask has exactly `keep` bits set among the d channels; the
+ * values x[c] at set bits are stored as f16 in channel order. */
+void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals);
+
+/* Unpacks one token to d floats (pruned channels are 0). */
+void kvc_bitmap_unpack(const uint64_t *bits, const kvc_f16 *vals, int d, float *x);
+
+/* Tokens 0..n-1 of the view against g query heads:
+ *   s[h*lds + i] = sum_c q[h*ldq + c] * K[i][c]               (h < g, i < n) */
+typedef void (*kvc_bitmap_qk_fn)(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+                                 float *s, int lds);
+/*   o[h*ldo + c] += sum_i p[h*ldp + i] * V[i][c]               (h < g, c < d) */
+typedef void (*kvc_bitmap_pv_fn)(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
+                                 float *o, int ldo);
+
+/* Scalar references (g <= KVC_BITMAP_MAX_G) and the SIMD variants (any g),
+ * the latter in src/kernels/<isa>/kv_bitmap_<isa>.c. */
+void kvc_qk_bitmap_f16_scalar(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+                              float *s, int lds);
+void kvc_pv_bitmap_f16_scalar(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
+                              float *o, int ldo);
+void kvc_qk_bitmap_f16_avx2(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+                            float *s, int lds);
+void kvc_pv_bitmap_f16_avx2(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
+                            float *o, int ldo);
+void kvc_qk_bitmap_f16_avx512(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+                              float *s, int lds);
+void kvc_pv_bitmap_f16_avx512(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
+                              float *o, int ldo);
+
+/* The kernels for the active ISA (kvc_active_isa), chosen once. */
+typedef struct kvc_bitmap_kernels {
+    kvc_bitmap_qk_fn qk;
+    kvc_bitmap_pv_fn pv;
+} kvc_bitmap_kernels;
+const kvc_bitmap_kernels *kvc_bitmap_kernels_get(void);
+
+#endif

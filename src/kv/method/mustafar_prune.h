@@ -1,0 +1,33 @@
+/* Per-token pruning of MUSTAFAR (paper §2, mustafar.md): each K or V vector keeps
+ * exactly round((1 - s) * D) of its D elements, chosen by magnitude (§2.1, §2.2)
+ * or, for K, by the output-aware score |k| ⊙ Σ|q| (§2.1, Figure 3). The result
+ * is a bitmap of kept channels, the input of the bitmap tile codec. */
+#ifndef KVC_KV_METHOD_MUSTAFAR_PRUNE_H
+#define KVC_KV_METHOD_MUSTAFAR_PRUNE_H
+
+#include <stdint.h>
+
+/* Largest head size the pruning and the bitmap codec accept. */
+#define KVC_PRUNE_MAX_D 1024
+
+/* Elements kept per vector at sparsity s in [0, 1]: round((1 - s) * d), halves
+ * rounded up, computed so that (1 - 0.7) * 64 = 19.2 gives 19 and not 19.19999 -> 19
+ * by luck. Always in [0, d]. */
+int kvc_prune_keep_count(double sparsity, int d);
+
+/* Marks in mask (ceil(d/64) words, bit c%64 of word c/64 for channel c) the
+ * `keep` channels with the largest |score[c]|. Ties go to the lower channel
+ * index; NaN ranks above +inf (the order of the IEEE bit patterns of |x|), so
+ * the result is a pure function of the input. Exactly `keep` bits are set.
+ * d <= KVC_PRUNE_MAX_D, 0 <= keep <= d. */
+void kvc_prune_topk(const float *score, int d, int keep, uint64_t *mask);
+
+/* Output-aware score of one key (Figure 3): score[c] = |k[c]| * qsum[c], where
+ * qsum is the element-wise sum of |q| over the queries (all heads of the GQA
+ * group) that attended while the key sat in the local window. */
+void kvc_prune_outaware_score(const float *k, const float *qsum, int d, float *score);
+
+/* Adds |q| of g query heads (g rows of d) into acc[d]. */
+void kvc_prune_accumulate_absq(const float *q, int g, int d, float *acc);
+
+#endif
