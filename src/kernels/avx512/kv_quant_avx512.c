@@ -1,0 +1,95 @@
+/* AVX-512 fused dequantise-and-multiply for the quant codec (quant.h,
+ * kvc_quant_wsum): 32 values of a row per pass in two 16-lane slices, up to
+ * four weight vectors at a time. A slice's codes come from at most three
+ * consecutive words (any bit width, including 3-bit's 11 values per word):
+ * one masked load, a lane permute to bring each lane its word, a variable
+ * shift and a mask, then a convert — the same unpack for every bit width. */
+#include <immintrin.h>
+
+#include "kv/codec/quant.h"
+
+typedef struct slice {
+    __m512i idx, shift; /* word index relative to `base`, bit offset */
+    __mmask16 lanes;    /* lanes holding values (< n) */
+    __mmask16 load;     /* words to load from base */
+    int base;
+} slice;
+
+static slice make_slice(int bits, int n, int j0) {
+    slice s;
+    int vpw = kvc_quant_vpw(bits);
+    int32_t idx[16], sh[16];
+    s.base = j0 / vpw;
+    int last = j0;
+    for (int l = 0; l < 16; l++) {
+        int v = j0 + l;
+        if (v < n) last = v;
+        idx[l] = v / vpw - s.base;
+        sh[l] = (v % vpw) * bits;
+        if (idx[l] > 15) idx[l] = 15, sh[l] = 0;
+    }
+    s.idx = _mm512_loadu_si512(idx);
+    s.shift = _mm512_loadu_si512(sh);
+    int cnt = n > j0 ? n - j0 : 0;
+    s.lanes = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
+    int words = last / vpw - s.base + 1;
+    s.load = (__mmask16)((1u << words) - 1);
+    return s;
+}
+
+static inline __m512 unpack(const uint32_t *row, const slice *s, __m512i mask) {
+    __m512i w = _mm512_maskz_loadu_epi32(s->load, row + s->base);
+    __m512i c = _mm512_permutexvar_epi32(s->idx, w);
+    c = _mm512_and_si512(_mm512_srlv_epi32(c, s->shift), mask);
+    return _mm512_cvtepi32_ps(c);
+}
+
+/* NH weight vectors (1..4) over all rows for values j0..j0+31. */
+static inline __attribute__((always_inline)) void block(const kvc_qtile *t, const float *w,
+                                                        ptrdiff_t ldw, float *out, ptrdiff_t ldo,
+                                                        int j0, const int NH) {
+    int wpr = kvc_quant_words(t->bits, t->n);
+    __m512i mask = _mm512_set1_epi32((1 << t->bits) - 1);
+    slice s0 = make_slice(t->bits, t->n, j0), s1 = make_slice(t->bits, t->n, j0 + 16);
+    int two = s1.lanes != 0;
+    __m512 a0[4], a1[4];
+    float ms[4] = {0, 0, 0, 0};
+    for (int h = 0; h < NH; h++) a0[h] = a1[h] = _mm512_setzero_ps();
+    for (int r = 0; r < t->rows; r++) {
+        const uint32_t *row = t->words + (size_t)r * wpr;
+        float sc = _cvtsh_ss(t->scales[r]), mn = _cvtsh_ss(t->mins[r]);
+        __m512 c0 = unpack(row, &s0, mask);
+        __m512 c1 = two ? unpack(row, &s1, mask) : _mm512_setzero_ps();
+        for (int h = 0; h < NH; h++) {
+            float wr = w[h * ldw + r];
+            __m512 ws = _mm512_set1_ps(wr * sc);
+            ms[h] += wr * mn;
+            a0[h] = _mm512_fmadd_ps(ws, c0, a0[h]);
+            a1[h] = _mm512_fmadd_ps(ws, c1, a1[h]);
+        }
+    }
+    for (int h = 0; h < NH; h++) {
+        float *o = out + h * ldo + j0;
+        __m512 m = _mm512_set1_ps(ms[h]);
+        __m512 o0 = _mm512_maskz_loadu_ps(s0.lanes, o);
+        _mm512_mask_storeu_ps(o, s0.lanes, _mm512_add_ps(o0, _mm512_add_ps(a0[h], m)));
+        if (two) {
+            __m512 o1 = _mm512_maskz_loadu_ps(s1.lanes, o + 16);
+            _mm512_mask_storeu_ps(o + 16, s1.lanes, _mm512_add_ps(o1, _mm512_add_ps(a1[h], m)));
+        }
+    }
+}
+
+void kvc_quant_wsum_avx512(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
+                           ptrdiff_t ldo) {
+    for (int j0 = 0; j0 < t->n; j0 += 32) {
+        int h = 0;
+        for (; h + 4 <= nw; h += 4) block(t, w + h * ldw, ldw, out + h * ldo, ldo, j0, 4);
+        switch (nw - h) {
+        case 3: block(t, w + h * ldw, ldw, out + h * ldo, ldo, j0, 3); break;
+        case 2: block(t, w + h * ldw, ldw, out + h * ldo, ldo, j0, 2); break;
+        case 1: block(t, w + h * ldw, ldw, out + h * ldo, ldo, j0, 1); break;
+        default: break;
+        }
+    }
+}
