@@ -1,0 +1,32 @@
+/* `kvcomp inspect`: a GGUF file's header, metadata and tensor table (name,
+ * type, shape, bytes), as text or --json, through kvc_inspect. */
+#include <stdio.h>
+
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "kvcomp.h"
+
+static const kvc_cmd_help k_help = {
+    "inspect",
+    "MODEL.gguf | -m MODEL.gguf [--json]",
+    "Prints a GGUF file's header, metadata (long arrays abbreviated) and tensor table.",
+    KVC_F_MODEL | KVC_F_JSON | KVC_F_POSITIONAL,
+};
+
+int kvc_cli_inspect(int argc, char **argv) {
+    kvc_args a;
+    int rc = kvc_args_parse(argc, argv, &k_help, &a);
+    if (rc == KVC_ARGS_HELP) return 0;
+    if (rc != KVC_ARGS_OK) return 2;
+    if (a.n_pos > 1 || (a.n_pos == 1 && a.model)) {
+        fprintf(stderr, "kvcomp inspect: give one file (see kvcomp inspect --help)\n");
+        return 2;
+    }
+    const char *path = a.n_pos == 1 ? a.pos[0] : a.model ? a.model : KVC_DEFAULT_MODEL;
+    if (kvc_inspect(path, stdout, a.json) != KVC_OK) {
+        fflush(stdout);
+        fprintf(stderr, "kvcomp inspect: %s: %s\n", path, kvc_last_error());
+        return 1;
+    }
+    return 0;
+}
