@@ -9,7 +9,7 @@
 
 #include "base/status.h"
 
-kvc_status kvc_read_file(const char *path, size_t max_bytes, char **out, size_t *len) {
+kvc_status kvc_eval_read_file(const char *path, size_t max_bytes, char **out, size_t *len) {
     *out = NULL;
     *len = 0;
     FILE *f = fopen(path, "rb");

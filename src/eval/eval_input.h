@@ -10,7 +10,7 @@
 
 /* Reads a whole file into a NUL-terminated malloc'd buffer (caller frees).
  * KVC_ERR_IO naming the path on failure; KVC_ERR_RANGE past max_bytes. */
-kvc_status kvc_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
+kvc_status kvc_eval_read_file(const char *path, size_t max_bytes, char **out, size_t *len);
 
 /* Tokenizes a whole text (with the model's BOS if it asks for one, no special
  * tokens parsed) into a malloc'd array. */

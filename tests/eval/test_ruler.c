@@ -39,7 +39,7 @@ static int setup(void **state) {
     (void)state;
     char *text;
     size_t len;
-    if (kvc_read_file(KVC_SOURCE_DIR "/data/alice.txt", 1 << 20, &text, &len) != KVC_OK) return 1;
+    if (kvc_eval_read_file(KVC_SOURCE_DIR "/data/alice.txt", 1 << 20, &text, &len) != KVC_OK) return 1;
     kvc_status s = kvc_ruler_haystack_init(&hay, text, len);
     free(text);
     return s != KVC_OK;
