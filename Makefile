@@ -6,7 +6,7 @@ MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 KV    ?= full:f16
 PROMPT ?= Explain in three sentences why the sky is blue.
 
-.PHONY: all setup build build-asan model run test test-release test-asan fuzz format clean
+.PHONY: all setup build build-asan model run test test-release test-asan fuzz fuzz-build format clean
 
 all: build
 
@@ -35,6 +35,25 @@ test-release: build model
 
 test-asan: build-asan model
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+# Fuzz targets (tests/fuzz/fuzz_*.c): libFuzzer with clang under build-fuzz/, not part of
+# `make test`. `make fuzz` builds them and runs each for FUZZ_TIME seconds from the
+# committed seeds (new inputs go to build-fuzz/corpus_*); `make fuzz-build` only builds.
+FUZZ_CC    ?= clang
+FUZZ_TIME  ?= 60
+FUZZ_FLAGS  = -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc
+FUZZ_GGUF_SRCS = $(wildcard src/gguf/*.c src/base/*.c)
+
+fuzz: fuzz-build
+	@mkdir -p build-fuzz/corpus_gguf
+	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 build-fuzz/corpus_gguf tests/fuzz/corpus_gguf
+
+fuzz-build: build-fuzz/fuzz_gguf
+
+build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRCS) $(wildcard src/gguf/*.h src/base/*.h include/*.h)
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: needs clang with libFuzzer (apt-get install clang)" >&2; exit 1; }
+	@mkdir -p build-fuzz
+	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRCS) -lm -lpthread -o $@
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')

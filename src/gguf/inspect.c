@@ -232,12 +232,18 @@ static void print_json(FILE *f, const char *path, const kvc_gguf *g) {
     kvc_json_finish(&j);
 }
 
+void kvc_gguf_print(const kvc_gguf *g, const char *label, void *out, int json) {
+    FILE *f = out ? (FILE *)out : stdout;
+    if (label == NULL) label = "";
+    if (json) print_json(f, label, g);
+    else print_text(f, label, g);
+}
+
 kvc_status kvc_inspect(const char *path, void *out, int json) {
     FILE *f = out ? (FILE *)out : stdout;
     kvc_gguf *g = NULL;
     KVC_TRY(kvc_gguf_open(path, &g));
-    if (json) print_json(f, path, g);
-    else print_text(f, path, g);
+    kvc_gguf_print(g, path, f, json);
     kvc_gguf_close(g);
     KVC_CHECK(!ferror(f), KVC_ERR_IO, "%s: writing the inspection failed", path);
     return KVC_OK;
