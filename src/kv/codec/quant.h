@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "base/f16.h"
+#include "kv/codec/codec.h"
 #include "kvcomp.h"
 
 #define KVC_QUANT_MAX_N 128 /* values per row a tile may hold (group size limit) */
@@ -92,5 +93,29 @@ void kvc_quant_wsum_avx512(const kvc_qtile *t, const float *w, ptrdiff_t ldw, in
 
 /* The kernel for kvc_active_isa(), chosen once. */
 kvc_quant_wsum_fn kvc_quant_wsum(void);
+
+/* ---- the codecs (quant.c) -------------------------------------------------- */
+
+/* Parameters of a quant codec instance (kvc_codec.cfg). */
+typedef struct kvc_quant_cfg {
+    int bits;  /* 1..4 */
+    int group; /* 1..KVC_QUANT_MAX_N: tokens per K group, channels per V group */
+} kvc_quant_cfg;
+
+/* "quant_k": keys, per channel, in tiles of `group` tokens (the last tile of a
+ * chunk may be shorter). Blob: header, then per tile [dim] mins, [dim] scales,
+ * [dim][words(group)] codes, the channel's tokens along each row.
+ * "quant_v": values, per token, in groups of `group` channels. Blob: header,
+ * then per channel group [n] mins, [n] scales, [n][words(channels)] codes.
+ * Payload = code words (including a word's unused slots); meta = scales, mins
+ * and the header. Not appendable: chunks are sealed once full. */
+extern const kvc_codec_ops kvc_codec_quant_k, kvc_codec_quant_v;
+
+/* Checks a cfg (bits 1..4, group 1..KVC_QUANT_MAX_N); KVC_ERR_ARG naming the field. */
+kvc_status kvc_quant_cfg_check(const kvc_quant_cfg *cfg);
+
+/* Exact bytes of a quant_k / quant_v blob of n tokens of dim floats. */
+void kvc_quant_k_bytes(const kvc_quant_cfg *cfg, int dim, int n, uint64_t *payload, uint64_t *meta);
+void kvc_quant_v_bytes(const kvc_quant_cfg *cfg, int dim, int n, uint64_t *payload, uint64_t *meta);
 
 #endif
