@@ -8,10 +8,10 @@
 
 const char *kvc_gguf_vtype_name(kvc_gguf_vtype t) {
     static const char *const names[] = {
-        [KVC_GGUF_U8] = "u8",     [KVC_GGUF_I8] = "i8",         [KVC_GGUF_U16] = "u16",
-        [KVC_GGUF_I16] = "i16",   [KVC_GGUF_U32] = "u32",       [KVC_GGUF_I32] = "i32",
-        [KVC_GGUF_F32] = "f32",   [KVC_GGUF_BOOL] = "bool",     [KVC_GGUF_STRING] = "string",
-        [KVC_GGUF_ARRAY] = "array", [KVC_GGUF_U64] = "u64",     [KVC_GGUF_I64] = "i64",
+        [KVC_GGUF_U8] = "u8",       [KVC_GGUF_I8] = "i8",     [KVC_GGUF_U16] = "u16",
+        [KVC_GGUF_I16] = "i16",     [KVC_GGUF_U32] = "u32",   [KVC_GGUF_I32] = "i32",
+        [KVC_GGUF_F32] = "f32",     [KVC_GGUF_BOOL] = "bool", [KVC_GGUF_STRING] = "string",
+        [KVC_GGUF_ARRAY] = "array", [KVC_GGUF_U64] = "u64",   [KVC_GGUF_I64] = "i64",
         [KVC_GGUF_F64] = "f64",
     };
     return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
@@ -71,10 +71,14 @@ kvc_status kvc_gguf_get_i64(const kvc_gguf *g, const char *key, int64_t *out) {
 kvc_status kvc_gguf_get_f32(const kvc_gguf *g, const char *key, float *out) {
     const kvc_gguf_value *v = NULL;
     KVC_TRY(lookup(g, key, &v));
-    if (v->type == KVC_GGUF_F32 || v->type == KVC_GGUF_F64) *out = (float)v->f;
-    else if (is_unsigned(v->type)) *out = (float)v->u;
-    else if (is_signed(v->type)) *out = (float)v->i;
-    else return wrong_type(key, v, "a number");
+    if (v->type == KVC_GGUF_F32 || v->type == KVC_GGUF_F64)
+        *out = (float)v->f;
+    else if (is_unsigned(v->type))
+        *out = (float)v->u;
+    else if (is_signed(v->type))
+        *out = (float)v->i;
+    else
+        return wrong_type(key, v, "a number");
     return KVC_OK;
 }
 

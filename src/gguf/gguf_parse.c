@@ -20,8 +20,8 @@
 
 #define GGUF_DEFAULT_ALIGNMENT 32
 #define ARENA_BLOCK            (64 * 1024)
-#define MIN_KV_BYTES     (8 + 1 + 4 + 1)         /* key len, 1-byte key, type, 1-byte value */
-#define MIN_TENSOR_BYTES (8 + 1 + 4 + 8 + 4 + 8) /* name len, name, n_dims, ne[0], type, offset */
+#define MIN_KV_BYTES           (8 + 1 + 4 + 1)         /* key len, 1-byte key, type, 1-byte value */
+#define MIN_TENSOR_BYTES       (8 + 1 + 4 + 8 + 4 + 8) /* name len, name, n_dims, ne[0], type, offset */
 
 /* ---- arena ---------------------------------------------------------------- */
 
@@ -58,13 +58,15 @@ static void *arena_alloc(gguf_priv *pv, size_t n) {
 
 static uint64_t hash_bytes(const char *s, uint64_t n) {
     uint64_t h = 1469598103934665603ull;
-    for (uint64_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    for (uint64_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
     return h;
 }
 
 static int index_init(gguf_priv *pv, gguf_name_index *ix, uint64_t n) {
     uint64_t cap = 8;
-    while (cap < 2 * n) cap *= 2; /* n is bounded by the file size, so this terminates */
+    while (cap < 2 * n)
+        cap *= 2; /* n is bounded by the file size, so this terminates */
     ix->slots = arena_alloc(pv, cap * sizeof *ix->slots);
     ix->mask = cap - 1;
     return ix->slots != NULL;
@@ -92,8 +94,7 @@ static uint64_t index_probe(gguf_name_index *ix, const kvc_gguf_str *names, size
 const kvc_gguf_kv *kvc_gguf_find(const kvc_gguf *g, const char *key) {
     if (g == NULL || key == NULL || g->n_kv == 0) return NULL;
     gguf_priv *pv = g->priv;
-    uint64_t i = index_probe(&pv->kv_index, &g->kv[0].key, KV_STRIDE, key, strlen(key),
-                             UINT64_MAX);
+    uint64_t i = index_probe(&pv->kv_index, &g->kv[0].key, KV_STRIDE, key, strlen(key), UINT64_MAX);
     return i == UINT64_MAX ? NULL : &g->kv[i];
 }
 
@@ -116,7 +117,9 @@ typedef struct parser {
     int depth;
 } parser;
 
-static size_t left(const parser *ps) { return ps->size - ps->pos; }
+static size_t left(const parser *ps) {
+    return ps->size - ps->pos;
+}
 
 /* Fails with "<where>[i][j]: <message>". */
 __attribute__((format(printf, 2, 3))) static kvc_status perr(parser *ps, const char *fmt, ...) {
@@ -155,7 +158,8 @@ static void show(char *dst, size_t cap, const char *s, uint64_t len) {
 
 static uint64_t le(const uint8_t *q, int n) {
     uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = (v << 8) | q[i];
+    for (int i = n - 1; i >= 0; i--)
+        v = (v << 8) | q[i];
     return v;
 }
 
@@ -181,8 +185,8 @@ static kvc_status rd_str(parser *ps, const char *what, kvc_gguf_str *out) {
     uint64_t len = 0;
     KVC_TRY(rd_uint(ps, 8, what, &len));
     if (len > left(ps))
-        return perr(ps, "%s length %" PRIu64 " past end of file (%zu bytes left at byte %zu)",
-                    what, len, left(ps), ps->pos);
+        return perr(ps, "%s length %" PRIu64 " past end of file (%zu bytes left at byte %zu)", what,
+                    len, left(ps), ps->pos);
     char *s = arena_alloc(ps->pv, (size_t)len + 1);
     if (s == NULL) return nomem(ps, what, len);
     memcpy(s, ps->p + ps->pos, (size_t)len);
@@ -213,10 +217,18 @@ static kvc_status rd_scalar(parser *ps, kvc_gguf_vtype t, kvc_gguf_value *v) {
     uint64_t raw = 0;
     KVC_TRY(rd_uint(ps, n, kvc_gguf_vtype_name(t), &raw));
     switch (t) {
-    case KVC_GGUF_I8: v->i = (int8_t)raw; break;
-    case KVC_GGUF_I16: v->i = (int16_t)raw; break;
-    case KVC_GGUF_I32: v->i = (int32_t)raw; break;
-    case KVC_GGUF_I64: v->i = (int64_t)raw; break;
+    case KVC_GGUF_I8:
+        v->i = (int8_t)raw;
+        break;
+    case KVC_GGUF_I16:
+        v->i = (int16_t)raw;
+        break;
+    case KVC_GGUF_I32:
+        v->i = (int32_t)raw;
+        break;
+    case KVC_GGUF_I64:
+        v->i = (int64_t)raw;
+        break;
     case KVC_GGUF_F32: {
         uint32_t b = (uint32_t)raw;
         float f;
@@ -224,12 +236,16 @@ static kvc_status rd_scalar(parser *ps, kvc_gguf_vtype t, kvc_gguf_value *v) {
         v->f = f;
         break;
     }
-    case KVC_GGUF_F64: memcpy(&v->f, &raw, 8); break;
+    case KVC_GGUF_F64:
+        memcpy(&v->f, &raw, 8);
+        break;
     case KVC_GGUF_BOOL:
         if (raw > 1) return perr(ps, "bool value %" PRIu64 " (must be 0 or 1)", raw);
         v->u = raw;
         break;
-    default: v->u = raw; break; /* unsigned */
+    default:
+        v->u = raw;
+        break; /* unsigned */
     }
     return KVC_OK;
 }
@@ -277,16 +293,14 @@ static kvc_status rd_value(parser *ps, kvc_gguf_vtype t, kvc_gguf_value *v) {
 
 static kvc_status rd_header(parser *ps, kvc_gguf *g) {
     snprintf(ps->where, sizeof ps->where, "header");
-    if (ps->size < 4)
-        return perr(ps, "file of %zu bytes is too short for a GGUF header", ps->size);
+    if (ps->size < 4) return perr(ps, "file of %zu bytes is too short for a GGUF header", ps->size);
     if (memcmp(ps->p, "GGUF", 4) != 0)
         return perr(ps, "bad magic %02x %02x %02x %02x (expected \"GGUF\")", ps->p[0], ps->p[1],
                     ps->p[2], ps->p[3]);
     ps->pos = 4;
     KVC_TRY(rd_u32(ps, "version", &g->version));
     if (g->version == 0x02000000u || g->version == 0x03000000u)
-        return perr(ps, "big-endian GGUF (version bytes %08" PRIx32 ") not supported",
-                    g->version);
+        return perr(ps, "big-endian GGUF (version bytes %08" PRIx32 ") not supported", g->version);
     if (g->version != 2 && g->version != 3)
         return perr(ps, "version %" PRIu32 " not supported (2 or 3)", g->version);
     KVC_TRY(rd_uint(ps, 8, "tensor count", &g->n_tensors));
@@ -299,8 +313,8 @@ static kvc_status rd_header(parser *ps, kvc_gguf *g) {
                     left(ps));
     if (g->n_tensors > left(ps) / MIN_TENSOR_BYTES ||
         g->n_tensors * MIN_TENSOR_BYTES > left(ps) - g->n_kv * MIN_KV_BYTES)
-        return perr(ps, "tensor count %" PRIu64 " past end of file (%zu bytes left)",
-                    g->n_tensors, left(ps));
+        return perr(ps, "tensor count %" PRIu64 " past end of file (%zu bytes left)", g->n_tensors,
+                    left(ps));
     return KVC_OK;
 }
 
@@ -316,10 +330,8 @@ static kvc_status rd_kvs(parser *ps, kvc_gguf *g) {
         KVC_TRY(rd_str(ps, "string", &kv->key));
         if (kv->key.len == 0) return perr(ps, "empty key");
         if (kv->key.len > KVC_GGUF_MAX_KEY_LEN)
-            return perr(ps, "key length %" PRIu64 " exceeds %u", kv->key.len,
-                        KVC_GGUF_MAX_KEY_LEN);
-        if (memchr(kv->key.ptr, 0, kv->key.len))
-            return perr(ps, "key contains a NUL byte");
+            return perr(ps, "key length %" PRIu64 " exceeds %u", kv->key.len, KVC_GGUF_MAX_KEY_LEN);
+        if (memchr(kv->key.ptr, 0, kv->key.len)) return perr(ps, "key contains a NUL byte");
         char name[96];
         show(name, sizeof name, kv->key.ptr, kv->key.len);
         snprintf(ps->where, sizeof ps->where, "kv[%" PRIu64 "] key \"%s\"", i, name);
@@ -343,12 +355,21 @@ static kvc_status rd_alignment(parser *ps, kvc_gguf *g) {
     const kvc_gguf_value *v = &kv->value;
     uint64_t a;
     switch (v->type) {
-    case KVC_GGUF_U8: case KVC_GGUF_U16: case KVC_GGUF_U32: case KVC_GGUF_U64: a = v->u; break;
-    case KVC_GGUF_I8: case KVC_GGUF_I16: case KVC_GGUF_I32: case KVC_GGUF_I64:
+    case KVC_GGUF_U8:
+    case KVC_GGUF_U16:
+    case KVC_GGUF_U32:
+    case KVC_GGUF_U64:
+        a = v->u;
+        break;
+    case KVC_GGUF_I8:
+    case KVC_GGUF_I16:
+    case KVC_GGUF_I32:
+    case KVC_GGUF_I64:
         if (v->i < 0) return perr(ps, "alignment %" PRId64 " is negative", v->i);
         a = (uint64_t)v->i;
         break;
-    default: return perr(ps, "type %s, expected u32", kvc_gguf_vtype_name(v->type));
+    default:
+        return perr(ps, "type %s, expected u32", kvc_gguf_vtype_name(v->type));
     }
     if (a == 0 || (a & (a - 1)) != 0 || a > KVC_GGUF_MAX_ALIGNMENT)
         return perr(ps, "alignment %" PRIu64 " (must be a power of two in 1..%u)", a,
@@ -365,21 +386,22 @@ static kvc_status rd_tensor(parser *ps, kvc_gguf *g, uint64_t i) {
     KVC_TRY(rd_str(ps, "string", &t->name));
     if (t->name.len == 0) return perr(ps, "empty tensor name");
     if (t->name.len > KVC_GGUF_MAX_NAME_LEN)
-        return perr(ps, "name length %" PRIu64 " exceeds %u", t->name.len,
-                    KVC_GGUF_MAX_NAME_LEN);
+        return perr(ps, "name length %" PRIu64 " exceeds %u", t->name.len, KVC_GGUF_MAX_NAME_LEN);
     if (memchr(t->name.ptr, 0, t->name.len)) return perr(ps, "name contains a NUL byte");
     char name[80];
     show(name, sizeof name, t->name.ptr, t->name.len);
     snprintf(ps->where, sizeof ps->where, "tensor %s", name);
     uint64_t prev = index_probe(&ps->pv->tensor_index, &g->tensors[0].name, TENSOR_STRIDE,
                                 t->name.ptr, t->name.len, i);
-    if (prev != UINT64_MAX) return perr(ps, "duplicate tensor name (also tensor[%" PRIu64 "])", prev);
+    if (prev != UINT64_MAX)
+        return perr(ps, "duplicate tensor name (also tensor[%" PRIu64 "])", prev);
 
     KVC_TRY(rd_u32(ps, "n_dims", &t->n_dims));
     if (t->n_dims < 1 || t->n_dims > 4)
         return perr(ps, "n_dims %" PRIu32 " (must be 1..4)", t->n_dims);
     uint64_t n_el = 1;
-    for (uint32_t d = 0; d < 4; d++) t->ne[d] = 1;
+    for (uint32_t d = 0; d < 4; d++)
+        t->ne[d] = 1;
     for (uint32_t d = 0; d < t->n_dims; d++) {
         KVC_TRY(rd_uint(ps, 8, "dimension", &t->ne[d]));
         if ((int64_t)t->ne[d] < 0)
@@ -396,8 +418,8 @@ static kvc_status rd_tensor(parser *ps, kvc_gguf *g, uint64_t i) {
     if (!kvc_ggml_type_block(t->type, &block, &block_bytes))
         return perr(ps, "unknown ggml type %" PRIu32, t->type);
     if (t->ne[0] % block != 0)
-        return perr(ps, "ne[0] = %" PRIu64 " not a multiple of the block size %" PRIu32
-                        " of type %s",
+        return perr(ps,
+                    "ne[0] = %" PRIu64 " not a multiple of the block size %" PRIu32 " of type %s",
                     t->ne[0], block, kvc_ggml_type_name(t->type));
     uint64_t blocks_per_row = t->ne[0] / block, rows = n_el / t->ne[0];
     if (blocks_per_row > UINT64_MAX / block_bytes ||
@@ -422,10 +444,9 @@ static kvc_status place_tensors(parser *ps, kvc_gguf *g) {
             return perr(ps, "offset %" PRIu64 " not a multiple of the alignment %" PRIu64,
                         t->offset, a);
         if (g->data_offset > ps->size || t->offset > ps->size - g->data_offset)
-            return perr(ps,
-                        "offset %" PRIu64 " past end of file (%zu; data section at byte %" PRIu64
-                        ")",
-                        t->offset, ps->size, g->data_offset);
+            return perr(
+                ps, "offset %" PRIu64 " past end of file (%zu; data section at byte %" PRIu64 ")",
+                t->offset, ps->size, g->data_offset);
         uint64_t room = ps->size - g->data_offset - t->offset;
         if (t->n_bytes > room)
             return perr(ps,
@@ -448,7 +469,8 @@ static kvc_status parse_into(parser *ps, kvc_gguf *g) {
         if (!index_init(ps->pv, &ps->pv->tensor_index, g->n_tensors))
             return nomem(ps, "tensor index", g->n_tensors);
     }
-    for (uint64_t i = 0; i < g->n_tensors; i++) KVC_TRY(rd_tensor(ps, g, i));
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        KVC_TRY(rd_tensor(ps, g, i));
     return place_tensors(ps, g);
 }
 

@@ -24,10 +24,14 @@ static void text_str(FILE *f, const char *p, uint64_t len) {
     fputc('"', f);
     for (uint64_t i = 0; i < shown; i++) {
         unsigned c = s[i];
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c == '\n') fputs("\\n", f);
-        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
-        else fputc((int)c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc((int)c, f);
     }
     fputc('"', f);
     if (shown < len) fprintf(f, "...(%" PRIu64 " bytes)", len);
@@ -39,23 +43,38 @@ static void text_name(FILE *f, const char *p, uint64_t len, int width) {
         unsigned char c = (unsigned char)p[i];
         fputc(c < 0x20 || c == 0x7f ? '?' : c, f);
     }
-    for (uint64_t i = len; i < (uint64_t)width; i++) fputc(' ', f);
+    for (uint64_t i = len; i < (uint64_t)width; i++)
+        fputc(' ', f);
 }
 
 /* ---- values ---------------------------------------------------------------- */
 
 static void text_value(FILE *f, const kvc_gguf_value *v) {
     switch (v->type) {
-    case KVC_GGUF_U8: case KVC_GGUF_U16: case KVC_GGUF_U32: case KVC_GGUF_U64:
+    case KVC_GGUF_U8:
+    case KVC_GGUF_U16:
+    case KVC_GGUF_U32:
+    case KVC_GGUF_U64:
         fprintf(f, "%" PRIu64, v->u);
         break;
-    case KVC_GGUF_I8: case KVC_GGUF_I16: case KVC_GGUF_I32: case KVC_GGUF_I64:
+    case KVC_GGUF_I8:
+    case KVC_GGUF_I16:
+    case KVC_GGUF_I32:
+    case KVC_GGUF_I64:
         fprintf(f, "%" PRId64, v->i);
         break;
-    case KVC_GGUF_F32: fprintf(f, "%.9g", v->f); break;
-    case KVC_GGUF_F64: fprintf(f, "%.17g", v->f); break;
-    case KVC_GGUF_BOOL: fputs(v->u ? "true" : "false", f); break;
-    case KVC_GGUF_STRING: text_str(f, v->s.ptr, v->s.len); break;
+    case KVC_GGUF_F32:
+        fprintf(f, "%.9g", v->f);
+        break;
+    case KVC_GGUF_F64:
+        fprintf(f, "%.17g", v->f);
+        break;
+    case KVC_GGUF_BOOL:
+        fputs(v->u ? "true" : "false", f);
+        break;
+    case KVC_GGUF_STRING:
+        text_str(f, v->s.ptr, v->s.len);
+        break;
     case KVC_GGUF_ARRAY: {
         uint64_t n = v->arr.n, shown = n < ARRAY_HEAD ? n : ARRAY_HEAD;
         fprintf(f, "[%s x %" PRIu64 "] [", kvc_gguf_vtype_name(v->arr.type), n);
@@ -72,16 +91,30 @@ static void text_value(FILE *f, const kvc_gguf_value *v) {
 /* Arrays become {"type":"array","elem_type":..,"count":..,"head":[first items]}. */
 static void json_value(kvc_json *j, const kvc_gguf_value *v) {
     switch (v->type) {
-    case KVC_GGUF_U8: case KVC_GGUF_U16: case KVC_GGUF_U32: case KVC_GGUF_U64:
+    case KVC_GGUF_U8:
+    case KVC_GGUF_U16:
+    case KVC_GGUF_U32:
+    case KVC_GGUF_U64:
         kvc_json_uint(j, v->u);
         break;
-    case KVC_GGUF_I8: case KVC_GGUF_I16: case KVC_GGUF_I32: case KVC_GGUF_I64:
+    case KVC_GGUF_I8:
+    case KVC_GGUF_I16:
+    case KVC_GGUF_I32:
+    case KVC_GGUF_I64:
         kvc_json_int(j, v->i);
         break;
-    case KVC_GGUF_F32: kvc_json_num(j, (float)v->f); break;
-    case KVC_GGUF_F64: kvc_json_num(j, v->f); break;
-    case KVC_GGUF_BOOL: kvc_json_bool(j, v->u != 0); break;
-    case KVC_GGUF_STRING: kvc_json_strn(j, v->s.ptr, (size_t)v->s.len); break;
+    case KVC_GGUF_F32:
+        kvc_json_num(j, (float)v->f);
+        break;
+    case KVC_GGUF_F64:
+        kvc_json_num(j, v->f);
+        break;
+    case KVC_GGUF_BOOL:
+        kvc_json_bool(j, v->u != 0);
+        break;
+    case KVC_GGUF_STRING:
+        kvc_json_strn(j, v->s.ptr, (size_t)v->s.len);
+        break;
     case KVC_GGUF_ARRAY: {
         uint64_t n = v->arr.n, shown = n < ARRAY_HEAD ? n : ARRAY_HEAD;
         kvc_json_obj_begin(j);
@@ -90,7 +123,8 @@ static void json_value(kvc_json *j, const kvc_gguf_value *v) {
         kvc_json_kv_uint(j, "count", n);
         kvc_json_key(j, "head");
         kvc_json_arr_begin(j);
-        for (uint64_t i = 0; i < shown; i++) json_value(j, &v->arr.items[i]);
+        for (uint64_t i = 0; i < shown; i++)
+            json_value(j, &v->arr.items[i]);
         kvc_json_arr_end(j);
         kvc_json_obj_end(j);
         break;
@@ -107,7 +141,9 @@ typedef struct totals {
     uint64_t type_tensors[N_TYPE_IDS], type_bytes[N_TYPE_IDS];
 } totals;
 
-static uint64_t sat_add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+static uint64_t sat_add(uint64_t a, uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
 
 static void count(const kvc_gguf *g, totals *t) {
     memset(t, 0, sizeof *t);
@@ -204,7 +240,8 @@ static void print_json(FILE *f, const char *path, const kvc_gguf *g) {
         kvc_json_kv_str(&j, "type", kvc_ggml_type_name(x->type));
         kvc_json_key(&j, "shape");
         kvc_json_arr_begin(&j);
-        for (uint32_t d = 0; d < x->n_dims; d++) kvc_json_uint(&j, x->ne[d]);
+        for (uint32_t d = 0; d < x->n_dims; d++)
+            kvc_json_uint(&j, x->ne[d]);
         kvc_json_arr_end(&j);
         kvc_json_kv_uint(&j, "offset", x->offset);
         kvc_json_kv_uint(&j, "bytes", x->n_bytes);
@@ -235,8 +272,10 @@ static void print_json(FILE *f, const char *path, const kvc_gguf *g) {
 void kvc_gguf_print(const kvc_gguf *g, const char *label, void *out, int json) {
     FILE *f = out ? (FILE *)out : stdout;
     if (label == NULL) label = "";
-    if (json) print_json(f, label, g);
-    else print_text(f, label, g);
+    if (json)
+        print_json(f, label, g);
+    else
+        print_text(f, label, g);
 }
 
 kvc_status kvc_inspect(const char *path, void *out, int json) {

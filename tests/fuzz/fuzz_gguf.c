@@ -14,9 +14,11 @@ static unsigned sink;
 
 static void touch(const kvc_gguf_value *v) {
     if (v->type == KVC_GGUF_STRING) {
-        for (uint64_t i = 0; i <= v->s.len; i++) sink += (unsigned char)v->s.ptr[i];
+        for (uint64_t i = 0; i <= v->s.len; i++)
+            sink += (unsigned char)v->s.ptr[i];
     } else if (v->type == KVC_GGUF_ARRAY) {
-        for (uint64_t i = 0; i < v->arr.n; i++) touch(&v->arr.items[i]);
+        for (uint64_t i = 0; i < v->arr.n; i++)
+            touch(&v->arr.items[i]);
     } else {
         sink += (unsigned)v->u;
     }

@@ -22,7 +22,9 @@
 enum { T_U8, T_I8, T_U16, T_I16, T_U32, T_I32, T_F32, T_BOOL, T_STR, T_ARR, T_U64, T_I64, T_F64 };
 enum { G_F32 = 0, G_F16 = 1, G_Q4_0 = 2, G_Q8_0 = 8, G_Q4_K = 12 };
 
-static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+static size_t align_up(size_t x, size_t a) {
+    return (x + a - 1) / a * a;
+}
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -41,11 +43,14 @@ static void expect_bad_n(const uint8_t *p, size_t n, const char *needle) {
     }
     free(copy);
 }
-static void expect_bad(const gw *w, const char *needle) { expect_bad_n(w->p, w->n, needle); }
+static void expect_bad(const gw *w, const char *needle) {
+    expect_bad_n(w->p, w->n, needle);
+}
 
 static void touch_value(const kvc_gguf_value *v, unsigned *sum) {
     if (v->type == KVC_GGUF_STRING) {
-        for (uint64_t i = 0; i < v->s.len; i++) *sum += (unsigned char)v->s.ptr[i];
+        for (uint64_t i = 0; i < v->s.len; i++)
+            *sum += (unsigned char)v->s.ptr[i];
         assert_int_equal(v->s.ptr[v->s.len], '\0');
     } else if (v->type == KVC_GGUF_ARRAY) {
         for (uint64_t i = 0; i < v->arr.n; i++) {
@@ -400,14 +405,16 @@ static void test_bad_keys(void **state) {
 
     gw_header(&w, 3, 0, 1); /* arrays nested one level deeper than allowed */
     gw_key(&w, "deep", T_ARR);
-    for (int d = 0; d < KVC_GGUF_MAX_DEPTH; d++) gw_arr(&w, T_ARR, 1);
+    for (int d = 0; d < KVC_GGUF_MAX_DEPTH; d++)
+        gw_arr(&w, T_ARR, 1);
     gw_arr(&w, T_U8, 1), gw_u8(&w, 7);
     expect_bad(&w, "nested deeper than 8");
     gw_free(&w);
 
     gw_header(&w, 3, 0, 1); /* exactly the maximum depth is fine */
     gw_key(&w, "deep", T_ARR);
-    for (int d = 0; d < KVC_GGUF_MAX_DEPTH - 1; d++) gw_arr(&w, T_ARR, 1);
+    for (int d = 0; d < KVC_GGUF_MAX_DEPTH - 1; d++)
+        gw_arr(&w, T_ARR, 1);
     gw_arr(&w, T_U8, 1), gw_u8(&w, 7);
     kvc_gguf *g = NULL;
     assert_int_equal(kvc_gguf_parse(w.p, w.n, &g), KVC_OK);
@@ -443,16 +450,32 @@ static void test_bad_tensors(void **state) {
         {"w", 5, {1, 1, 1, 1, 1}, G_F32, 0, 128, "tensor w: n_dims 5 (must be 1..4)"},
         {"w", 2, {32, 0}, G_F32, 0, 128, "tensor w: ne[1] is 0"},
         {"w", 2, {32, UINT64_MAX}, G_F32, 0, 128, "ne[1] = -1 is negative"},
-        {"w", 3, {1ull << 32, 1ull << 32, 2}, G_F32, 0, 128,
+        {"w",
+         3,
+         {1ull << 32, 1ull << 32, 2},
+         G_F32,
+         0,
+         128,
          "element count overflows at ne[1] = 4294967296"},
-        {"w", 4, {1ull << 20, 1ull << 20, 1ull << 20, 1ull << 10}, G_F32, 0, 128,
+        {"w",
+         4,
+         {1ull << 20, 1ull << 20, 1ull << 20, 1ull << 10},
+         G_F32,
+         0,
+         128,
          "element count overflows at ne[3]"},
         {"w", 1, {1ull << 62}, 28 /* f64 */, 0, 128, "byte size of 4611686018427387904"},
         {"w", 2, {1ull << 30, 1ull << 30}, G_F32, 0, 128, "past end of file"},
         {"w", 1, {32}, 77, 0, 128, "tensor w: unknown ggml type 77"},
         {"w", 1, {32}, 4, 0, 128, "unknown ggml type 4"},   /* removed q4_2 */
         {"w", 1, {32}, 31, 0, 128, "unknown ggml type 31"}, /* removed q4_0_4_4 */
-        {"w", 1, {33}, G_Q8_0, 0, 128, "ne[0] = 33 not a multiple of the block size 32 of type q8_0"},
+        {"w",
+         1,
+         {33},
+         G_Q8_0,
+         0,
+         128,
+         "ne[0] = 33 not a multiple of the block size 32 of type q8_0"},
         {"w", 2, {128, 2}, G_Q4_K, 0, 288, "not a multiple of the block size 256 of type q4_k"},
         {"w", 1, {32}, G_F32, 4096, 128, "tensor w: offset 4096 past end of file"},
         {"w", 1, {32}, G_F32, UINT64_MAX - 31, 128, "past end of file"},
@@ -460,13 +483,18 @@ static void test_bad_tensors(void **state) {
         {"w", 1, {32}, G_F32, 32, 128, "tensor w: 128 bytes at offset 32 past end of file"},
         {"w", 1, {33}, G_F32, 0, 128, "132 bytes at offset 0 past end of file"},
         {"", 1, {32}, G_F32, 0, 128, "tensor[0] name: empty tensor name"},
-        {"0123456789012345678901234567890123456789012345678901234567890123456789", 1, {32}, G_F32,
-         0, 128, "name length 70 exceeds 64"},
+        {"0123456789012345678901234567890123456789012345678901234567890123456789",
+         1,
+         {32},
+         G_F32,
+         0,
+         128,
+         "name length 70 exceeds 64"},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         gw w = {0};
-        one_tensor(&w, cases[k].name, cases[k].n_dims, cases[k].ne, cases[k].type,
-                   cases[k].offset, cases[k].data);
+        one_tensor(&w, cases[k].name, cases[k].n_dims, cases[k].ne, cases[k].type, cases[k].offset,
+                   cases[k].data);
         if (cases[k].needle) {
             expect_bad(&w, cases[k].needle);
         } else {
@@ -513,9 +541,12 @@ static void test_bad_alignment(void **state) {
         gw w = {0};
         gw_header(&w, 3, 0, 1);
         gw_key(&w, "general.alignment", cases[k].vtype);
-        if (cases[k].vtype == T_STR) gw_str(&w, "32");
-        else if (cases[k].vtype == T_U64) gw_u64(&w, cases[k].value);
-        else gw_u32(&w, (uint32_t)cases[k].value);
+        if (cases[k].vtype == T_STR)
+            gw_str(&w, "32");
+        else if (cases[k].vtype == T_U64)
+            gw_u64(&w, cases[k].value);
+        else
+            gw_u32(&w, (uint32_t)cases[k].value);
         expect_bad(&w, cases[k].needle);
         gw_free(&w);
     }
@@ -544,7 +575,8 @@ static void test_every_prefix(void **state) {
     for (uint32_t version = 2; version <= 3; version++) {
         gw w = {0};
         build_all_types(&w, version, 0);
-        for (size_t n = 0; n < w.n; n++) expect_bad_n(w.p, n, NULL);
+        for (size_t n = 0; n < w.n; n++)
+            expect_bad_n(w.p, n, NULL);
         gw_free(&w);
     }
 }
@@ -702,18 +734,18 @@ static void test_inspect(void **state) {
     kvc_status s;
     char *text = inspect_to_string(path, 0, &s);
     assert_int_equal(s, KVC_OK);
-    const char *want_text[] = {"GGUF version 3",      "alignment 64",  "t.arr.str",
-                               "[string x 3]",        "\"bc\"",        "[array x 3]",
-                               "blk.0.q",             "q8_0",          "64 x 2",
-                               "total: 3 tensors",    "f16"};
+    const char *want_text[] = {"GGUF version 3", "alignment 64",     "t.arr.str", "[string x 3]",
+                               "\"bc\"",         "[array x 3]",      "blk.0.q",   "q8_0",
+                               "64 x 2",         "total: 3 tensors", "f16"};
     for (size_t k = 0; k < sizeof want_text / sizeof want_text[0]; k++)
-        if (!strstr(text, want_text[k])) fail_msg("inspect text lacks \"%s\":\n%s", want_text[k], text);
+        if (!strstr(text, want_text[k]))
+            fail_msg("inspect text lacks \"%s\":\n%s", want_text[k], text);
     free(text);
     char *json = inspect_to_string(path, 1, &s);
     assert_int_equal(s, KVC_OK);
     assert_int_equal(json[0], '{');
     const char *want_json[] = {"\"n_tensors\":3", "\"alignment\":64", "\"elem_type\":\"string\"",
-                               "\"count\":3", "\"shape\":[64,2]", "\"type\":\"q8_0\"",
+                               "\"count\":3",     "\"shape\":[64,2]", "\"type\":\"q8_0\"",
                                "\"by_type\":{"};
     for (size_t k = 0; k < sizeof want_json / sizeof want_json[0]; k++)
         if (!strstr(json, want_json[k])) fail_msg("inspect json lacks %s:\n%s", want_json[k], json);
@@ -735,20 +767,13 @@ static void test_inspect(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_good_all_types),
-        cmocka_unit_test(test_good_no_tensors),
-        cmocka_unit_test(test_getters),
-        cmocka_unit_test(test_bad_magic_and_version),
-        cmocka_unit_test(test_bad_counts),
-        cmocka_unit_test(test_bad_strings),
-        cmocka_unit_test(test_bad_keys),
-        cmocka_unit_test(test_bad_tensors),
-        cmocka_unit_test(test_bad_alignment),
-        cmocka_unit_test(test_every_prefix),
-        cmocka_unit_test(test_byte_flips),
-        cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_real_model),
-        cmocka_unit_test(test_inspect),
+        cmocka_unit_test(test_good_all_types), cmocka_unit_test(test_good_no_tensors),
+        cmocka_unit_test(test_getters),        cmocka_unit_test(test_bad_magic_and_version),
+        cmocka_unit_test(test_bad_counts),     cmocka_unit_test(test_bad_strings),
+        cmocka_unit_test(test_bad_keys),       cmocka_unit_test(test_bad_tensors),
+        cmocka_unit_test(test_bad_alignment),  cmocka_unit_test(test_every_prefix),
+        cmocka_unit_test(test_byte_flips),     cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_real_model),     cmocka_unit_test(test_inspect),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
