@@ -180,6 +180,16 @@ typedef struct kvc_ctx_timing {
 } kvc_ctx_timing;
 void kvc_ctx_timing_get(const kvc_ctx *c, kvc_ctx_timing *out);
 
+/* Observer of the post-RoPE K/V the forward pass hands to the cache, for tools
+ * that save K/V (kvcomp dump-kv). Called once per layer for every prefill chunk
+ * and decode step, before the cache sees them: tokens pos0 .. pos0+n-1 of
+ * `layer`, k and v [n][n_kv_heads][head_dim] f32, valid only during the call.
+ * fn == NULL removes the observer. (Requested by the eval harness; implemented
+ * in the model's context.) */
+typedef void (*kvc_kv_observer_fn)(void *user, int layer, int pos0, int n, const float *k,
+                                   const float *v);
+void kvc_ctx_set_kv_observer(kvc_ctx *c, kvc_kv_observer_fn fn, void *user);
+
 /* ---- sampler -------------------------------------------------------------- */
 
 typedef struct kvc_sampler_params {
