@@ -31,7 +31,19 @@ typedef struct kvc_stream {
     uint64_t version;     /* bumped whenever the chunk list or a dead mask changes */
     void *mstate[KVC_MAX_STACK]; /* per-stream state of each method layer (base first) */
     void *sel_cache;      /* driver-owned: previous selection (for reuse) */
+    /* Set by the cache: frees chunk->user via the method's chunk_free hooks. */
+    void (*chunk_user_free)(void *ctx, kvc_chunk *c);
+    void *chunk_user_ctx;
 } kvc_stream;
+
+/* A stream with an empty hot window (dense f32 of head_dim). */
+kvc_status kvc_stream_create(int layer, int head, int dim, kvc_stream **out);
+/* Frees every chunk (method per-stream states must be freed by the caller first). */
+void kvc_stream_free(kvc_stream *s);
+/* Drops every chunk and empties the hot window (positions restart at 0). */
+void kvc_stream_clear(kvc_stream *s);
+/* Frees one chunk that belongs (or belonged) to the stream, user data included. */
+void kvc_stream_chunk_free(kvc_stream *s, kvc_chunk *c);
 
 /* Tokens held (sealed chunks + hot window, dead ones excluded). */
 int64_t kvc_stream_live_tokens(const kvc_stream *s);
@@ -45,6 +57,15 @@ kvc_status kvc_stream_insert(kvc_stream *s, int at, kvc_chunk *c);
  * count = 0 inserts, n_new = 0 removes (eviction of whole chunks). */
 kvc_status kvc_stream_replace(kvc_stream *s, int first, int count, kvc_chunk **new_chunks,
                               int n_new);
+
+/* Appends n tokens k, v [n][ld] to the hot window (positions n_pos..). */
+kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, int n, int ld);
+
+/* Moves the oldest n hot tokens out: encodes them with `build` (NULL: dense
+ * f32 chunk), inserts the chunk at the end of the list, drops them from the hot window. */
+typedef kvc_status (*kvc_build_fn)(void *ctx, kvc_stream *s, const float *k, const float *v,
+                                   int n, int64_t pos0, kvc_chunk **out);
+kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *ctx);
 
 /* The hot window: rows k, v [hot->n][dim] f32, contiguous, oldest first. */
 const float *kvc_stream_hot_k(const kvc_stream *s);

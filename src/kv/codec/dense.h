@@ -32,8 +32,13 @@ extern const kvc_dense_kernels kvc_dense_ref;
 extern const kvc_codec_ops kvc_codec_f32, kvc_codec_f16, kvc_codec_bf16;
 const kvc_codec_ops *kvc_codec_dense(kvc_dense_type t);
 
-/* Raw rows of a dense blob (type per its codec) and its count; for kernels and tests. */
+/* Registers SIMD kernels for `isa` over the references (from kvc_codecs_init). */
+void kvc_dense_init(kvc_isa isa);
+
+/* Raw rows of a dense blob (type per its codec); for kernels and tests. */
 const void *kvc_dense_rows(const void *blob);
+/* Keeps only the first n rows (n <= count). */
+void kvc_dense_truncate(void *blob, int n);
 
 /* SIMD variants (src/kernels/<isa>/kv_dense_<isa>.c). */
 void kvc_qk_dense_f32_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);

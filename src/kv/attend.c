@@ -1,0 +1,665 @@
+/* The decode attention driver (DESIGN.md §4 "Driver", docs/design-kv.md).
+ *
+ * For each request (one stream = one KV head, its G query heads together):
+ *   1. plan: scale q by 1/sqrt(d); prepare_q once per transform group; if the
+ *      method gave a budget, score the units of every selectable chunk, keep
+ *      the best within the budget (or reuse the previous selection); cut the
+ *      attended ranges into tiles of <= TILE tokens (work items);
+ *   2. attend: the items are split into parts (flash-decoding when streams are
+ *      fewer than threads); a part runs qk, an online softmax and pv per item,
+ *      with a separate accumulator per transform group that is mapped back by
+ *      finish_out once when the group ends;
+ *   3. merge: the parts' (max, sum, output) are combined in a fixed order, and
+ *      if asked the attention weights are reported per item.
+ * Phases 1 and 2 run in parallel on the pool; phase 3 on the caller. */
+#define _GNU_SOURCE /* qsort_r */
+#include "kv/attend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "kv/softmax.h"
+
+enum { TILE = 256, MAX_THREADS = 256 };
+
+typedef struct item {
+    int ci;        /* chunk index, -1 = hot window */
+    int group;     /* transform group index, -1 = none */
+    int r0, nr;    /* ranges[r0 .. r0+nr) of the request */
+    int n;         /* tokens */
+    int64_t off;   /* token offset in the request (for the raw scores) */
+} item;
+
+typedef struct group {
+    const kvc_xform *xf;
+    int q_off;     /* offset of q' [G][dim_k] in req_state.qt */
+} group;
+
+typedef struct sel_cache {
+    uint64_t version;
+    int n;
+    int32_t *ci;
+    kvc_range *r;
+} sel_cache;
+
+typedef struct req_state {
+    float *qs;                     /* [G][d] scaled query */
+    float *qt; size_t qt_cap;      /* q' of every transform group */
+    group *groups; int n_groups, cap_groups;
+    item *items; int n_items, cap_items;
+    kvc_range *ranges; int n_ranges, cap_ranges;
+    int64_t n_tokens;
+    int part0, n_parts;            /* parts [part0, part0 + n_parts) of the task list */
+    float *sraw; size_t sraw_cap;  /* [G][n_tokens] raw scores when want_attn */
+    /* selection scratch */
+    float *uscore; int32_t *uci; kvc_range *ur; int *uorder; size_t ucap;
+    kvc_status st;
+} req_state;
+
+typedef struct part {
+    int req, item0, item1;
+} part;
+
+typedef struct thread_ws {
+    float *s, *acc, *gacc, *tmp; /* scores [G][TILE]; accumulators */
+    size_t cap_s, cap_acc, cap_g;
+} thread_ws;
+
+struct kvc_attend_ws {
+    req_state *reqs; int cap_reqs;
+    part *parts; int cap_parts;
+    float *pacc; size_t cap_pacc; /* per part: m[G], l[G], o[G][d] */
+    thread_ws th[MAX_THREADS];
+    int n_th;
+};
+
+kvc_status kvc_attend_ws_create(kvc_attend_ws **out) {
+    *out = calloc(1, sizeof **out);
+    return *out ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "attention workspace");
+}
+
+static void req_state_free(req_state *r) {
+    free(r->qs); free(r->qt); free(r->groups); free(r->items); free(r->ranges); free(r->sraw);
+    free(r->uscore); free(r->uci); free(r->ur); free(r->uorder);
+}
+
+void kvc_attend_ws_free(kvc_attend_ws *ws) {
+    if (!ws) return;
+    for (int i = 0; i < ws->cap_reqs; i++) req_state_free(&ws->reqs[i]);
+    free(ws->reqs);
+    free(ws->parts);
+    free(ws->pacc);
+    for (int i = 0; i < MAX_THREADS; i++) {
+        free(ws->th[i].s); free(ws->th[i].acc); free(ws->th[i].gacc); free(ws->th[i].tmp);
+    }
+    free(ws);
+}
+
+uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws) {
+    if (!ws) return 0;
+    uint64_t b = sizeof *ws + (uint64_t)ws->cap_parts * sizeof(part) + ws->cap_pacc * 4;
+    for (int i = 0; i < ws->cap_reqs; i++) {
+        const req_state *r = &ws->reqs[i];
+        b += sizeof *r + r->qt_cap * 4 + (uint64_t)r->cap_items * sizeof(item) +
+             (uint64_t)r->cap_ranges * sizeof(kvc_range) + r->sraw_cap * 4 +
+             r->ucap * (4 + 4 + sizeof(kvc_range) + sizeof(int)) + (uint64_t)r->cap_groups * sizeof(group);
+    }
+    for (int i = 0; i < MAX_THREADS; i++)
+        b += (ws->th[i].cap_s * 2 + ws->th[i].cap_acc * 2 + ws->th[i].cap_g) * 4;
+    return b;
+}
+
+/* Grows *p (elements of size es) to hold at least n; *cap in elements. */
+static int grow(void *pp, size_t *cap, size_t n, size_t es) {
+    void **p = pp;
+    if (n <= *cap) return 1;
+    size_t c = *cap ? *cap : 64;
+    while (c < n) c *= 2;
+    void *q = realloc(*p, c * es);
+    if (!q) return 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+static int grow_int(void *pp, int *cap, size_t n, size_t es) {
+    size_t c = (size_t)*cap;
+    int ok = grow(pp, &c, n, es);
+    *cap = (int)c;
+    return ok;
+}
+
+/* ---- phase 1: plan ------------------------------------------------------------ */
+
+static kvc_chunk *chunk_at(const kvc_stream *s, int ci) { return ci < 0 ? s->hot : s->chunks[ci]; }
+
+static int add_range(req_state *r, kvc_range x) {
+    if (!grow_int(&r->ranges, &r->cap_ranges, (size_t)r->n_ranges + 1, sizeof(kvc_range))) return 0;
+    r->ranges[r->n_ranges++] = x;
+    return 1;
+}
+
+static int new_item(req_state *r, int ci, int grp) {
+    if (!grow_int(&r->items, &r->cap_items, (size_t)r->n_items + 1, sizeof(item))) return 0;
+    item *it = &r->items[r->n_items++];
+    *it = (item){.ci = ci, .group = grp, .r0 = r->n_ranges, .nr = 0, .n = 0, .off = r->n_tokens};
+    return 1;
+}
+
+/* Cuts the sorted ranges rs[0..n) of chunk ci into items of <= tile tokens. */
+static int add_ranges(req_state *r, int ci, int grp, const kvc_range *rs, int n, int tile) {
+    int open = 0;
+    for (int i = 0; i < n; i++) {
+        int b = rs[i].begin, e = rs[i].end;
+        while (b < e) {
+            if (!open) {
+                if (!new_item(r, ci, grp)) return 0;
+                open = 1;
+            }
+            item *it = &r->items[r->n_items - 1];
+            int room = tile - it->n;
+            /* a full chunk is cut at multiples of the tile from its start */
+            int take = e - b < room ? e - b : room;
+            if (!add_range(r, (kvc_range){b, b + take})) return 0;
+            it->nr++;
+            it->n += take;
+            r->n_tokens += take;
+            b += take;
+            if (it->n == tile) open = 0;
+        }
+    }
+    return 1;
+}
+
+static int tile_for(const kvc_chunk *c) {
+    int g = c->kc.ops->granule > c->vc.ops->granule ? c->kc.ops->granule : c->vc.ops->granule;
+    if (g < 1) g = 1;
+    return g >= TILE ? g : TILE - TILE % g;
+}
+
+static int cmp_score_desc(const void *a, const void *b, void *ctx) {
+    const float *s = ctx;
+    float x = s[*(const int *)a], y = s[*(const int *)b];
+    if (x != y) return x > y ? -1 : 1;
+    return *(const int *)a - *(const int *)b; /* stable: earlier unit first */
+}
+
+typedef struct unit_ref {
+    int32_t ci;
+    kvc_range r;
+} unit_ref;
+
+static int cmp_unit(const void *a, const void *b) {
+    const unit_ref *x = a, *y = b;
+    if (x->ci != y->ci) return x->ci < y->ci ? -1 : 1;
+    return x->r.begin - y->r.begin;
+}
+
+/* Selection: returns the chosen units of selectable chunks sorted by (chunk, begin). */
+static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const int *chunk_group,
+                               unit_ref **out, int *n_out) {
+    kvc_stream *s = rq->s;
+    sel_cache *sc = s->sel_cache;
+    *out = NULL;
+    *n_out = 0;
+    if (rq->plan.reuse && sc && sc->version == s->version) {
+        unit_ref *u = malloc((size_t)(sc->n ? sc->n : 1) * sizeof *u);
+        if (!u) return kvc_fail(KVC_ERR_NOMEM, "selection reuse");
+        for (int i = 0; i < sc->n; i++) u[i] = (unit_ref){sc->ci[i], sc->r[i]};
+        *out = u;
+        *n_out = sc->n;
+        return KVC_OK;
+    }
+    size_t nu = 0;
+    for (int ci = 0; ci < s->n_chunks; ci++) {
+        const kvc_chunk *c = s->chunks[ci];
+        if (c->sel.ops && !(c->flags & KVC_CHUNK_ALWAYS)) nu += (size_t)c->sel.ops->n_units(c->sel.index);
+    }
+    if (nu > r->ucap) {
+        size_t cap = nu;
+        free(r->uscore); free(r->uci); free(r->ur); free(r->uorder);
+        r->uscore = malloc(cap * sizeof *r->uscore);
+        r->uci = malloc(cap * sizeof *r->uci);
+        r->ur = malloc(cap * sizeof *r->ur);
+        r->uorder = malloc(cap * sizeof *r->uorder);
+        r->ucap = r->uscore && r->uci && r->ur && r->uorder ? cap : 0;
+        if (!r->ucap) return kvc_fail(KVC_ERR_NOMEM, "unit arrays (%zu units)", nu);
+    }
+    size_t k = 0;
+    for (int ci = 0; ci < s->n_chunks; ci++) {
+        const kvc_chunk *c = s->chunks[ci];
+        if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
+        int n = c->sel.ops->n_units(c->sel.index);
+        int g = chunk_group[ci];
+        const float *q = g >= 0 ? r->qt + r->groups[g].q_off : r->qs;
+        int ldq = g >= 0 ? r->groups[g].xf->dim_k : s->dim;
+        c->sel.ops->score(c->sel.index, q, G, ldq, r->uscore + k);
+        for (int u = 0; u < n; u++) {
+            r->uci[k + u] = ci;
+            r->ur[k + u] = c->sel.ops->unit(c->sel.index, u);
+            r->uorder[k + u] = (int)(k + u);
+        }
+        k += (size_t)n;
+    }
+    qsort_r(r->uorder, nu, sizeof *r->uorder, cmp_score_desc, r->uscore);
+    unit_ref *u = malloc((nu ? nu : 1) * sizeof *u);
+    if (!u) return kvc_fail(KVC_ERR_NOMEM, "selected units (%zu)", nu);
+    int64_t left = rq->plan.budget;
+    int n = 0;
+    for (size_t i = 0; i < nu && left > 0; i++) {
+        int j = r->uorder[i];
+        int len = r->ur[j].end - r->ur[j].begin;
+        if (len > left) continue;
+        u[n++] = (unit_ref){r->uci[j], r->ur[j]};
+        left -= len;
+    }
+    qsort(u, (size_t)n, sizeof *u, cmp_unit);
+    if (rq->plan.reuse) { /* remember for the next step: one block, freed with free() */
+        free(s->sel_cache);
+        sc = malloc(sizeof *sc + (size_t)n * (sizeof(int32_t) + sizeof(kvc_range)));
+        s->sel_cache = sc;
+        if (sc) {
+            sc->r = (kvc_range *)(sc + 1);
+            sc->ci = (int32_t *)(sc->r + n);
+            for (int i = 0; i < n; i++) sc->ci[i] = u[i].ci, sc->r[i] = u[i].r;
+            sc->n = n;
+            sc->version = s->version;
+        }
+    }
+    *out = u;
+    *n_out = n;
+    return KVC_OK;
+}
+
+typedef struct plan_ctx {
+    kvc_attend_req *reqs;
+    kvc_attend_ws *ws;
+    const kvc_attend_opts *o;
+} plan_ctx;
+
+static kvc_status plan_one(kvc_attend_req *rq, int idx, req_state *r, const kvc_attend_opts *o) {
+    kvc_stream *s = rq->s;
+    int G = o->G, d = s->dim;
+    r->n_groups = r->n_items = r->n_ranges = 0;
+    r->n_tokens = 0;
+    float *qs = realloc(r->qs, (size_t)G * d * sizeof *qs);
+    if (!qs) return kvc_fail(KVC_ERR_NOMEM, "scaled query");
+    r->qs = qs;
+    float scale = 1.0f / sqrtf((float)d);
+    for (int i = 0; i < G * d; i++) qs[i] = rq->q[i] * scale;
+
+    /* transform groups: runs of consecutive chunks with the same xf */
+    int *chunk_group = malloc((size_t)(s->n_chunks ? s->n_chunks : 1) * sizeof *chunk_group);
+    if (!chunk_group) return kvc_fail(KVC_ERR_NOMEM, "chunk groups");
+    size_t qoff = 0;
+    for (int ci = 0; ci < s->n_chunks; ci++) {
+        const kvc_xform *xf = s->chunks[ci]->xf;
+        if (!xf) {
+            chunk_group[ci] = -1;
+            continue;
+        }
+        if (ci > 0 && s->chunks[ci - 1]->xf == xf) {
+            chunk_group[ci] = chunk_group[ci - 1];
+            continue;
+        }
+        if (!grow_int(&r->groups, &r->cap_groups, (size_t)r->n_groups + 1, sizeof(group)) ||
+            !grow(&r->qt, &r->qt_cap, qoff + (size_t)G * xf->dim_k, sizeof(float))) {
+            free(chunk_group);
+            return kvc_fail(KVC_ERR_NOMEM, "transform groups");
+        }
+        r->groups[r->n_groups] = (group){.xf = xf, .q_off = (int)qoff};
+        xf->ops->prepare_q(xf, qs, G, d, r->qt + qoff, xf->dim_k);
+        qoff += (size_t)G * xf->dim_k;
+        chunk_group[ci] = r->n_groups++;
+    }
+
+    unit_ref *sel = NULL;
+    int n_sel = 0;
+    kvc_status st = KVC_OK;
+    if (rq->plan.budget >= 0) st = select_units(rq, r, G, chunk_group, &sel, &n_sel);
+    if (st == KVC_OK && o->on_select && rq->plan.budget >= 0 && n_sel > 0) {
+        int32_t *ci = malloc((size_t)n_sel * sizeof *ci);
+        kvc_range *ur = malloc((size_t)n_sel * sizeof *ur);
+        if (ci && ur) {
+            for (int i = 0; i < n_sel; i++) ci[i] = sel[i].ci, ur[i] = sel[i].r;
+            o->on_select(o->cb_ctx, idx, n_sel, ci, ur);
+        }
+        free(ci);
+        free(ur);
+    }
+
+    /* work items, chunk order (transform groups stay contiguous), hot window last */
+    int si = 0;
+    kvc_range *tmp = NULL;
+    int tmp_cap = 0;
+    for (int ci = 0; ci < s->n_chunks && st == KVC_OK; ci++) {
+        const kvc_chunk *c = s->chunks[ci];
+        if (c->n == 0) continue;
+        int tile = tile_for(c);
+        int selectable = rq->plan.budget >= 0 && c->sel.ops && !(c->flags & KVC_CHUNK_ALWAYS);
+        int ok;
+        if (!selectable) {
+            kvc_range all = {0, c->n};
+            ok = add_ranges(r, ci, chunk_group[ci], &all, 1, tile);
+        } else {
+            int n = 0;
+            while (si < n_sel && sel[si].ci < ci) si++;
+            while (si + n < n_sel && sel[si + n].ci == ci) n++;
+            if (n > tmp_cap) {
+                kvc_range *t = realloc(tmp, (size_t)n * sizeof *t);
+                if (!t) { st = kvc_fail(KVC_ERR_NOMEM, "ranges"); break; }
+                tmp = t;
+                tmp_cap = n;
+            }
+            int m = 0; /* merge adjacent units */
+            for (int i = 0; i < n; i++) {
+                kvc_range u = sel[si + i].r;
+                if (m > 0 && tmp[m - 1].end == u.begin) tmp[m - 1].end = u.end;
+                else tmp[m++] = u;
+            }
+            ok = add_ranges(r, ci, chunk_group[ci], tmp, m, tile);
+            si += n;
+        }
+        if (!ok) st = kvc_fail(KVC_ERR_NOMEM, "work items");
+    }
+    if (st == KVC_OK && s->hot->n > 0) {
+        kvc_range all = {0, s->hot->n};
+        if (!add_ranges(r, -1, -1, &all, 1, TILE)) st = kvc_fail(KVC_ERR_NOMEM, "work items");
+    }
+    free(tmp);
+    free(sel);
+    free(chunk_group);
+    if (st == KVC_OK && rq->want_attn &&
+        !grow(&r->sraw, &r->sraw_cap, (size_t)G * (size_t)(r->n_tokens ? r->n_tokens : 1), sizeof(float)))
+        st = kvc_fail(KVC_ERR_NOMEM, "attention weights (%lld tokens)", (long long)r->n_tokens);
+    return st;
+}
+
+static void plan_task(void *ctx, int task, int thread) {
+    (void)thread;
+    plan_ctx *pc = ctx;
+    req_state *r = &pc->ws->reqs[task];
+    r->st = plan_one(&pc->reqs[task], task, r, pc->o);
+}
+
+/* ---- phase 2: attend ------------------------------------------------------------ */
+
+typedef struct run_ctx {
+    kvc_attend_req *reqs;
+    kvc_attend_ws *ws;
+    const kvc_attend_opts *o;
+    int dmax;
+} run_ctx;
+
+static int thread_ws_reserve(thread_ws *t, int G, int d, int dv_max) {
+    size_t ns = (size_t)G * TILE * 2, na = (size_t)G * (2 + d), ng = (size_t)G * (2 + dv_max);
+    if (ns > t->cap_s) {
+        free(t->s);
+        t->s = aligned_alloc(64, ((ns * 4 + 63) / 64) * 64);
+        t->cap_s = t->s ? ns : 0;
+    }
+    if (na > t->cap_acc) {
+        free(t->acc);
+        free(t->tmp);
+        t->acc = malloc(na * 4);
+        t->tmp = malloc(na * 4);
+        t->cap_acc = t->acc && t->tmp ? na : 0;
+    }
+    if (ng > t->cap_g) {
+        free(t->gacc);
+        t->gacc = malloc(ng * 4);
+        t->cap_g = t->gacc ? ng : 0;
+    }
+    return t->cap_s >= ns && t->cap_acc >= na && t->cap_g >= ng;
+}
+
+/* acc layout: m[G], l[G], o[G][dim] */
+static void acc_init(float *acc, int G, int dim) {
+    for (int g = 0; g < G; g++) acc[g] = -INFINITY, acc[G + g] = 0.0f;
+    memset(acc + 2 * G, 0, (size_t)G * dim * sizeof(float));
+}
+
+/* Merges partial (m2, l2, o2 [G][ld2]) into acc. */
+static void acc_merge(float *acc, int G, int dim, const float *m2, const float *l2, const float *o2,
+                      int ld2) {
+    for (int g = 0; g < G; g++) {
+        if (l2[g] == 0.0f && m2[g] == -INFINITY) continue;
+        float m1 = acc[g], m = m1 > m2[g] ? m1 : m2[g];
+        float a = m1 == -INFINITY ? 0.0f : expf(m1 - m), b = expf(m2[g] - m);
+        float *o = acc + 2 * G + (size_t)g * dim;
+        const float *p = o2 + (size_t)g * ld2;
+        for (int j = 0; j < dim; j++) o[j] = o[j] * a + p[j] * b;
+        acc[G + g] = acc[G + g] * a + l2[g] * b;
+        acc[g] = m;
+    }
+}
+
+/* One item: qk, mask, online softmax update of acc (dimension dim), pv. */
+static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, const float *q,
+                     int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw) {
+    int n = it->n;
+    const kvc_range *r = rs + it->r0;
+    c->kc.ops->qk(&c->kc, c->kb, q, G, ldq, r, it->nr, s, TILE);
+    if (c->dead) {
+        int j = 0;
+        for (int i = 0; i < it->nr; i++)
+            for (int t = r[i].begin; t < r[i].end; t++, j++)
+                if (kvc_chunk_is_dead(c, t))
+                    for (int g = 0; g < G; g++) s[(size_t)g * TILE + j] = -INFINITY;
+    }
+    if (sraw)
+        for (int g = 0; g < G; g++) memcpy(sraw + (size_t)g * nraw + it->off, s + (size_t)g * TILE, (size_t)n * 4);
+    int any = 0;
+    for (int g = 0; g < G; g++) {
+        float *sg = s + (size_t)g * TILE;
+        float mt = kvc_softmax_k.max(sg, n);
+        if (mt == -INFINITY) { /* all masked: zero probabilities */
+            memset(sg, 0, (size_t)n * 4);
+            continue;
+        }
+        any = 1;
+        float m = acc[g] > mt ? acc[g] : mt;
+        if (m > acc[g]) {
+            float a = acc[g] == -INFINITY ? 0.0f : expf(acc[g] - m);
+            float *o = acc + 2 * G + (size_t)g * dim;
+            for (int j = 0; j < dim; j++) o[j] *= a;
+            acc[G + g] *= a;
+            acc[g] = m;
+        }
+        acc[G + g] += kvc_softmax_k.exp_sum(sg, n, m);
+    }
+    if (any) c->vc.ops->pv(&c->vc, c->vb, s, G, TILE, r, it->nr, acc + 2 * G, dim);
+}
+
+static void run_part(void *ctx, int task, int thread) {
+    run_ctx *rc = ctx;
+    kvc_attend_ws *ws = rc->ws;
+    const part *pt = &ws->parts[task];
+    kvc_attend_req *rq = &rc->reqs[pt->req];
+    req_state *r = &ws->reqs[pt->req];
+    kvc_stream *st = rq->s;
+    int G = rc->o->G, d = st->dim;
+    thread_ws *t = &ws->th[thread];
+    float *pacc = ws->pacc + (size_t)task * G * (2 + rc->dmax);
+    acc_init(pacc, G, d);
+    int grp = -1;
+    float *gacc = t->gacc;
+    int dv = 0;
+    float *sraw = rq->want_attn ? r->sraw : NULL;
+    for (int i = pt->item0; i < pt->item1; i++) {
+        const item *it = &r->items[i];
+        if (it->group != grp) {
+            if (grp >= 0) { /* close the previous transform group */
+                r->groups[grp].xf->ops->finish_out(r->groups[grp].xf, gacc + 2 * G, G, dv, t->tmp, d);
+                acc_merge(pacc, G, d, gacc, gacc + G, t->tmp, d);
+            }
+            grp = it->group;
+            if (grp >= 0) {
+                dv = r->groups[grp].xf->dim_v;
+                acc_init(gacc, G, dv);
+            }
+        }
+        const kvc_chunk *c = chunk_at(st, it->ci);
+        if (grp >= 0)
+            run_item(c, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k, G,
+                     gacc, dv, t->s, sraw, r->n_tokens);
+        else
+            run_item(c, it, r->ranges, r->qs, d, G, pacc, d, t->s, sraw, r->n_tokens);
+    }
+    if (grp >= 0) {
+        r->groups[grp].xf->ops->finish_out(r->groups[grp].xf, gacc + 2 * G, G, dv, t->tmp, d);
+        acc_merge(pacc, G, d, gacc, gacc + G, t->tmp, d);
+    }
+}
+
+/* ---- driver ------------------------------------------------------------------- */
+
+/* Parts per request: enough tasks to balance the threads, none smaller than min_tokens. */
+static int parts_for(int64_t tokens, int n_items, int n_req, int n_threads, int min_tokens) {
+    if (n_threads <= 1 || n_req >= 2 * n_threads) return 1;
+    int target = (4 * n_threads + n_req - 1) / n_req;
+    int p = target;
+    while (p < 4 * target && (p * n_req) % n_threads) p++;
+    if ((p * n_req) % n_threads) p = target;
+    int64_t cap = tokens / (min_tokens > 0 ? min_tokens : 1);
+    if (p > cap) p = (int)cap;
+    if (p > n_items) p = n_items;
+    return p < 1 ? 1 : p;
+}
+
+kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
+                      struct kvc_pool *pool, kvc_attend_ws *ws) {
+    KVC_CHECK(n_req >= 0 && o->G >= 1, KVC_ERR_ARG, "attend: %d requests, G %d", n_req, o->G);
+    if (n_req == 0) return KVC_OK;
+    if (n_req > ws->cap_reqs) {
+        req_state *nr = realloc(ws->reqs, (size_t)n_req * sizeof *nr);
+        if (!nr) return kvc_fail(KVC_ERR_NOMEM, "attend requests (%d)", n_req);
+        memset(nr + ws->cap_reqs, 0, (size_t)(n_req - ws->cap_reqs) * sizeof *nr);
+        ws->reqs = nr;
+        ws->cap_reqs = n_req;
+    }
+    int G = o->G;
+    int n_threads = pool ? kvc_pool_threads(pool) : 1;
+    if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
+
+    plan_ctx pc = {.reqs = reqs, .ws = ws, .o = o};
+    kvc_pool_run(n_req > 1 ? pool : NULL, n_req, plan_task, &pc);
+    int dmax = 0, dv_max = 1, n_parts = 0;
+    for (int i = 0; i < n_req; i++) {
+        req_state *r = &ws->reqs[i];
+        KVC_TRY(r->st);
+        int d = reqs[i].s->dim;
+        if (d > dmax) dmax = d;
+        for (int g = 0; g < r->n_groups; g++)
+            if (r->groups[g].xf->dim_v > dv_max) dv_max = r->groups[g].xf->dim_v;
+        int p = o->split > 0 ? o->split : parts_for(r->n_tokens, r->n_items, n_req, n_threads,
+                                                    o->min_split_tokens > 0 ? o->min_split_tokens : 2048);
+        if (p > r->n_items) p = r->n_items;
+        if (p < 1) p = 1;
+        r->part0 = n_parts;
+        r->n_parts = p;
+        n_parts += p;
+    }
+    if (!grow_int(&ws->parts, &ws->cap_parts, (size_t)n_parts, sizeof(part)) ||
+        !grow(&ws->pacc, &ws->cap_pacc, (size_t)n_parts * G * (2 + dmax), sizeof(float)))
+        return kvc_fail(KVC_ERR_NOMEM, "attention parts (%d)", n_parts);
+    for (int t = 0; t < n_threads; t++)
+        if (!thread_ws_reserve(&ws->th[t], G, dmax, dv_max > dmax ? dv_max : dmax))
+            return kvc_fail(KVC_ERR_NOMEM, "attention thread scratch");
+    for (int i = 0; i < n_req; i++) { /* parts: about equal token counts, whole items */
+        req_state *r = &ws->reqs[i];
+        int it = 0;
+        int64_t acc = 0;
+        for (int p = 0; p < r->n_parts; p++) {
+            int64_t goal = r->n_tokens * (p + 1) / r->n_parts;
+            int start = it, max_end = r->n_items - (r->n_parts - 1 - p);
+            while (it < max_end && (it == start || acc < goal)) acc += r->items[it++].n;
+            if (p == r->n_parts - 1) it = r->n_items;
+            ws->parts[r->part0 + p] = (part){.req = i, .item0 = start, .item1 = it};
+        }
+    }
+    run_ctx rc = {.reqs = reqs, .ws = ws, .o = o, .dmax = dmax};
+    kvc_pool_run(n_parts > 1 ? pool : NULL, n_parts, run_part, &rc);
+
+    /* phase 3: merge parts in order; attention weights */
+    for (int i = 0; i < n_req; i++) {
+        req_state *r = &ws->reqs[i];
+        int d = reqs[i].s->dim;
+        float *acc = ws->th[0].acc;
+        acc_init(acc, G, d);
+        for (int p = 0; p < r->n_parts; p++) {
+            const float *pa = ws->pacc + (size_t)(r->part0 + p) * G * (2 + dmax);
+            acc_merge(acc, G, d, pa, pa + G, pa + 2 * G, d);
+        }
+        for (int g = 0; g < G; g++) {
+            float l = acc[G + g];
+            float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            for (int j = 0; j < d; j++) reqs[i].out[(size_t)g * d + j] = acc[2 * G + (size_t)g * d + j] * inv;
+        }
+        if (reqs[i].want_attn && o->on_attn && r->n_tokens > 0) {
+            /* p_token = sum_g exp(s_g - m_g) / l_g, written over the first row */
+            float *sr = r->sraw;
+            for (int64_t j = 0; j < r->n_tokens; j++) {
+                float sum = 0.0f;
+                for (int g = 0; g < G; g++) {
+                    float l = acc[G + g];
+                    if (l > 0.0f) sum += expf(sr[(size_t)g * r->n_tokens + j] - acc[g]) / l;
+                }
+                sr[j] = sum;
+            }
+            for (int k = 0; k < r->n_items; k++) {
+                const item *it = &r->items[k];
+                o->on_attn(o->cb_ctx, i, it->ci, r->ranges + it->r0, it->nr, sr + it->off);
+            }
+        }
+    }
+    return KVC_OK;
+}
+
+/* ---- reference ------------------------------------------------------------------ */
+
+kvc_status kvc_attend_reference(const kvc_stream *s, const float *q, int G, float *out) {
+    int d = s->dim;
+    int64_t n = 0;
+    for (int ci = -1; ci < s->n_chunks; ci++) n += chunk_at(s, ci)->n;
+    float *k = malloc((size_t)(n ? n : 1) * d * sizeof *k);
+    float *v = malloc((size_t)(n ? n : 1) * d * sizeof *v);
+    uint8_t *live = malloc((size_t)(n ? n : 1));
+    double *sc = malloc((size_t)(n ? n : 1) * sizeof *sc);
+    kvc_status st = KVC_OK;
+    if (!k || !v || !live || !sc) st = kvc_fail(KVC_ERR_NOMEM, "reference attention (%lld tokens)", (long long)n);
+    int64_t off = 0;
+    for (int ci = -1; ci < s->n_chunks && st == KVC_OK; ci++) {
+        const kvc_chunk *c = chunk_at(s, ci);
+        if (c->n == 0) continue;
+        st = kvc_chunk_decode(c, 0, c->n, k + off * d, v + off * d, d);
+        for (int i = 0; i < c->n; i++) live[off + i] = !kvc_chunk_is_dead(c, i);
+        off += c->n;
+    }
+    for (int g = 0; g < G && st == KVC_OK; g++) {
+        const float *qg = q + (size_t)g * d;
+        double m = -INFINITY, l = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            if (!live[i]) continue;
+            double acc = 0.0;
+            for (int j = 0; j < d; j++) acc += (double)qg[j] * k[i * d + j];
+            sc[i] = acc / sqrt((double)d);
+            if (sc[i] > m) m = sc[i];
+        }
+        for (int j = 0; j < d; j++) out[(size_t)g * d + j] = 0.0f;
+        double *o = calloc((size_t)d, sizeof *o);
+        if (!o) { st = kvc_fail(KVC_ERR_NOMEM, "reference output"); break; }
+        for (int64_t i = 0; i < n; i++) {
+            if (!live[i]) continue;
+            double p = exp(sc[i] - m);
+            l += p;
+            for (int j = 0; j < d; j++) o[j] += p * v[i * d + j];
+        }
+        for (int j = 0; j < d; j++) out[(size_t)g * d + j] = l > 0 ? (float)(o[j] / l) : 0.0f;
+        free(o);
+    }
+    free(k); free(v); free(live); free(sc);
+    return st;
+}

@@ -1,0 +1,332 @@
+/* The KV cache as the forward pass sees it (cache.h; DESIGN.md §2, §4): a
+ * grid of streams (layer × KV head) driven by a parsed method spec. Appends
+ * go to each stream's hot window and through the method hooks (step,
+ * on_append, hot_leave, build_chunk); decode attention goes through the
+ * driver (attend.c) with the method's selection plan; prefill attention
+ * through prefill.c; stats sum the codecs', selectors' and methods' bytes. */
+#include "kv/cache.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "kv/attend.h"
+#include "kv/cache_impl.h"
+#include "kv/codec/codec.h"
+#include "kv/prefill.h"
+
+static void chunk_user_free(void *ctx, kvc_chunk *c) {
+    kvc_cache *cc = ctx;
+    for (int i = 0; i < cc->spec.n && c->user; i++)
+        if (cc->spec.m[i]->ops.chunk_free) cc->spec.m[i]->ops.chunk_free(cc->mstate[i], c);
+}
+
+void kvc_cache_free(kvc_cache *c) {
+    if (!c) return;
+    if (c->streams) {
+        for (int i = 0; i < c->n_streams; i++) {
+            kvc_stream *s = c->streams[i];
+            if (!s) continue;
+            for (int j = c->spec.n - 1; j >= 0; j--)
+                if (c->spec.m[j]->ops.stream_free) c->spec.m[j]->ops.stream_free(c->mstate[j], s, s->mstate[j]);
+            kvc_stream_free(s);
+        }
+    }
+    for (int j = c->spec.n - 1; j >= 0; j--)
+        if (c->mstate_created[j] && c->spec.m[j]->ops.destroy) c->spec.m[j]->ops.destroy(c->mstate[j]);
+    kvc_spec_free(&c->spec);
+    free(c->streams);
+    free(c->reqs);
+    free(c->qg);
+    free(c->hook_st);
+    kvc_attend_ws_free(c->ws);
+    kvc_prefill_ws_free(c->pws);
+    free(c);
+}
+
+static kvc_status init_streams(kvc_cache *c) {
+    for (int l = 0; l < c->shape.n_layers; l++)
+        for (int h = 0; h < c->shape.n_kv_heads; h++) {
+            kvc_stream *s;
+            KVC_TRY(kvc_stream_create(l, h, c->shape.head_dim, &s));
+            c->streams[l * c->shape.n_kv_heads + h] = s;
+            s->chunk_user_free = chunk_user_free;
+            s->chunk_user_ctx = c;
+            for (int j = 0; j < c->spec.n; j++)
+                if (c->spec.m[j]->ops.stream_init)
+                    KVC_TRY(c->spec.m[j]->ops.stream_init(c->mstate[j], s, &s->mstate[j]));
+        }
+    return KVC_OK;
+}
+
+kvc_status kvc_cache_create(const kvc_cache_shape *shape, const char *spec, struct kvc_pool *pool,
+                            kvc_cache **out) {
+    *out = NULL;
+    KVC_CHECK(shape && shape->n_layers > 0 && shape->n_heads > 0 && shape->n_kv_heads > 0 &&
+                  shape->head_dim > 0 && shape->max_tokens > 0,
+              KVC_ERR_ARG, "cache shape: layers %d, heads %d, kv heads %d, head dim %d, max tokens %d must be positive",
+              shape ? shape->n_layers : 0, shape ? shape->n_heads : 0, shape ? shape->n_kv_heads : 0,
+              shape ? shape->head_dim : 0, shape ? shape->max_tokens : 0);
+    KVC_CHECK(shape->n_heads % shape->n_kv_heads == 0, KVC_ERR_ARG,
+              "cache shape: %d query heads not a multiple of %d KV heads", shape->n_heads, shape->n_kv_heads);
+    KVC_CHECK(shape->head_dim <= 1024, KVC_ERR_UNSUPPORTED, "cache shape: head dim %d above 1024", shape->head_dim);
+    kvc_codecs_init();
+    kvc_cache *c = calloc(1, sizeof *c);
+    if (!c) return kvc_fail(KVC_ERR_NOMEM, "cache");
+    c->shape = *shape;
+    c->G = shape->n_heads / shape->n_kv_heads;
+    c->pool = pool;
+    c->n_streams = shape->n_layers * shape->n_kv_heads;
+    kvc_status st = kvc_spec_parse(spec ? spec : "full:f32", &c->spec);
+    if (st != KVC_OK) {
+        free(c);
+        return st;
+    }
+    c->streams = calloc((size_t)c->n_streams, sizeof *c->streams);
+    c->reqs = calloc((size_t)shape->n_kv_heads, sizeof *c->reqs);
+    c->hook_st = calloc((size_t)shape->n_kv_heads, sizeof *c->hook_st);
+    if (!c->streams || !c->reqs || !c->hook_st) st = kvc_fail(KVC_ERR_NOMEM, "cache streams (%d)", c->n_streams);
+    if (st == KVC_OK) st = kvc_attend_ws_create(&c->ws);
+    if (st == KVC_OK) st = kvc_prefill_ws_create(&c->pws);
+    c->i_hot_leave = c->i_build = c->i_select = -1;
+    for (int j = 0; j < c->spec.n && st == KVC_OK; j++) {
+        const kvc_method *m = c->spec.m[j];
+        kvc_method_env env = {
+            .n_layers = shape->n_layers, .n_heads = shape->n_heads, .n_kv_heads = shape->n_kv_heads,
+            .head_dim = shape->head_dim, .max_tokens = shape->max_tokens, .cfg = c->spec.cfg[j],
+            .n_stack = c->spec.n, .pool = pool,
+        };
+        for (int i = 0; i < c->spec.n; i++) env.stack[i] = c->spec.m[i], env.stack_cfg[i] = c->spec.cfg[i];
+        if (m->ops.create) {
+            st = m->ops.create(&env, &c->mstate[j]);
+            if (st == KVC_OK) c->mstate_created[j] = 1;
+        }
+        if (m->ops.hot_leave && c->i_hot_leave < 0) c->i_hot_leave = j;
+        if (m->ops.build_chunk && c->i_build < 0) c->i_build = j;
+        if (m->ops.select && c->i_select < 0) c->i_select = j;
+        if (m->flags & KVC_METHOD_WANTS_ATTN) c->want_attn = 1;
+        if (m->ops.on_append) c->any_on_append = 1;
+    }
+    if (st == KVC_OK) st = init_streams(c);
+    if (st != KVC_OK) {
+        kvc_cache_free(c);
+        return st;
+    }
+    *out = c;
+    return KVC_OK;
+}
+
+void kvc_cache_reset(kvc_cache *c) {
+    /* Method states are rebuilt per stream so methods never see stale history. */
+    for (int i = 0; i < c->n_streams; i++) {
+        kvc_stream *s = c->streams[i];
+        for (int j = c->spec.n - 1; j >= 0; j--)
+            if (c->spec.m[j]->ops.stream_free) {
+                c->spec.m[j]->ops.stream_free(c->mstate[j], s, s->mstate[j]);
+                s->mstate[j] = NULL;
+            }
+        kvc_stream_clear(s);
+        free(s->sel_cache);
+        s->sel_cache = NULL;
+        for (int j = 0; j < c->spec.n; j++)
+            if (c->spec.m[j]->ops.stream_init &&
+                c->spec.m[j]->ops.stream_init(c->mstate[j], s, &s->mstate[j]) != KVC_OK)
+                s->mstate[j] = NULL; /* reported at the next append via the method */
+    }
+}
+
+int kvc_cache_tokens(const kvc_cache *c, int layer) {
+    if (layer < 0 || layer >= c->shape.n_layers) return 0;
+    return (int)c->streams[layer * c->shape.n_kv_heads]->n_pos;
+}
+
+/* ---- append ------------------------------------------------------------------- */
+
+typedef struct build_ctx {
+    kvc_cache *c;
+} build_ctx;
+
+static kvc_status build_wrap(void *ctx, kvc_stream *s, const float *k, const float *v, int n,
+                             int64_t pos0, kvc_chunk **out) {
+    kvc_cache *c = ctx;
+    int j = c->i_build;
+    return c->spec.m[j]->ops.build_chunk(c->mstate[j], s, s->mstate[j], k, v, n, pos0, out);
+}
+
+/* Appends n tokens to one stream: k, v rows at stride ld; q (n rows at stride
+ * ldq of G*dim floats) or NULL. */
+static kvc_status append_stream(kvc_cache *c, kvc_stream *s, int n, const float *k, const float *v,
+                                int ld, const float *q, int ldq, float *qbuf) {
+    int d = s->dim;
+    for (int j = 0; j < c->spec.n; j++)
+        if (c->spec.m[j]->ops.step) KVC_TRY(c->spec.m[j]->ops.step(c->mstate[j], s, s->mstate[j]));
+    KVC_TRY(kvc_stream_hot_push(s, k, v, n, ld));
+    if (c->any_on_append) {
+        const float *qg = NULL;
+        if (q && qbuf) {
+            for (int i = 0; i < n; i++) memcpy(qbuf + (size_t)i * c->G * d, q + (size_t)i * ldq, (size_t)c->G * d * 4);
+            qg = qbuf;
+        }
+        const float *hk = kvc_stream_hot_k(s) + (size_t)(s->hot->n - n) * d;
+        const float *hv = kvc_stream_hot_v(s) + (size_t)(s->hot->n - n) * d;
+        for (int j = 0; j < c->spec.n; j++)
+            if (c->spec.m[j]->ops.on_append)
+                KVC_TRY(c->spec.m[j]->ops.on_append(c->mstate[j], s, s->mstate[j], n, hk, hv, qg));
+    }
+    if (c->i_hot_leave >= 0) {
+        int j = c->i_hot_leave;
+        int leave = c->spec.m[j]->ops.hot_leave(c->mstate[j], s, s->mstate[j]);
+        KVC_CHECK(leave >= 0 && leave <= s->hot->n, KVC_ERR_INTERNAL,
+                  "method %s: hot_leave returned %d of %d hot tokens", c->spec.m[j]->name, leave, s->hot->n);
+        if (leave > 0) KVC_TRY(kvc_stream_hot_seal(s, leave, c->i_build >= 0 ? build_wrap : NULL, c));
+    }
+    return KVC_OK;
+}
+
+typedef struct append_job {
+    kvc_cache *c;
+    int layer, n;
+    const float *k, *v, *q;
+    float *qbuf; /* [n_kv][n][G][d] or NULL */
+} append_job;
+
+static void append_task(void *ctx, int h, int thread) {
+    (void)thread;
+    append_job *a = ctx;
+    kvc_cache *c = a->c;
+    int nkv = c->shape.n_kv_heads, d = c->shape.head_dim;
+    kvc_stream *s = c->streams[a->layer * nkv + h];
+    const float *q = a->q ? a->q + (size_t)h * c->G * d : NULL;
+    float *qb = a->qbuf ? a->qbuf + (size_t)h * a->n * c->G * d : NULL;
+    c->hook_st[h] = append_stream(c, s, a->n, a->k + (size_t)h * d, a->v + (size_t)h * d, nkv * d, q,
+                                  c->shape.n_heads * d, qb);
+}
+
+kvc_status kvc_cache_append_n(kvc_cache *c, int layer, int n, const float *k, const float *v,
+                              const float *q) {
+    KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
+              layer, c->shape.n_layers);
+    KVC_CHECK(n >= 0, KVC_ERR_ARG, "cache: appending %d tokens", n);
+    int64_t have = c->streams[layer * c->shape.n_kv_heads]->n_pos;
+    KVC_CHECK(have + n <= c->shape.max_tokens, KVC_ERR_RANGE,
+              "cache layer %d: %lld + %d tokens exceed the capacity of %d tokens", layer,
+              (long long)have, n, c->shape.max_tokens);
+    if (n == 0) return KVC_OK;
+    append_job a = {.c = c, .layer = layer, .n = n, .k = k, .v = v, .q = q, .qbuf = NULL};
+    if (q && c->any_on_append) {
+        a.qbuf = malloc((size_t)c->shape.n_kv_heads * n * c->G * c->shape.head_dim * sizeof(float));
+        if (!a.qbuf) return kvc_fail(KVC_ERR_NOMEM, "prefill queries for the method (%d tokens)", n);
+    }
+    kvc_pool_run(c->shape.n_kv_heads > 1 ? c->pool : NULL, c->shape.n_kv_heads, append_task, &a);
+    free(a.qbuf);
+    for (int h = 0; h < c->shape.n_kv_heads; h++) KVC_TRY(c->hook_st[h]);
+    return KVC_OK;
+}
+
+kvc_status kvc_cache_append(kvc_cache *c, int layer, const float *k, const float *v) {
+    return kvc_cache_append_n(c, layer, 1, k, v, NULL);
+}
+
+/* ---- attention ------------------------------------------------------------------- */
+
+typedef struct attn_cb_ctx {
+    kvc_cache *c;
+} attn_cb_ctx;
+
+static void on_attn_cb(void *ctx, int req, int ci, const kvc_range *r, int nr, const float *p) {
+    kvc_cache *c = ctx;
+    kvc_stream *s = c->reqs[req].s;
+    for (int j = 0; j < c->spec.n; j++)
+        if (c->spec.m[j]->ops.on_attn) c->spec.m[j]->ops.on_attn(c->mstate[j], s, s->mstate[j], ci, r, nr, p);
+}
+
+static void on_select_cb(void *ctx, int req, int n_units, const int32_t *ci, const kvc_range *u) {
+    kvc_cache *c = ctx;
+    kvc_stream *s = c->reqs[req].s;
+    for (int j = 0; j < c->spec.n; j++)
+        if (c->spec.m[j]->ops.on_select)
+            c->spec.m[j]->ops.on_select(c->mstate[j], s, s->mstate[j], n_units, ci, u);
+}
+
+kvc_status kvc_cache_attend_opts(kvc_cache *c, int layer, const float *q, float *out, int split) {
+    KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
+              layer, c->shape.n_layers);
+    int nkv = c->shape.n_kv_heads, d = c->shape.head_dim;
+    for (int h = 0; h < nkv; h++) {
+        kvc_stream *s = c->streams[layer * nkv + h];
+        const float *qh = q + (size_t)h * c->G * d;
+        for (int j = 0; j < c->spec.n; j++)
+            if (c->spec.m[j]->ops.on_query) KVC_TRY(c->spec.m[j]->ops.on_query(c->mstate[j], s, s->mstate[j], qh));
+        kvc_select_plan plan = {.budget = -1, .reuse = 0};
+        if (c->i_select >= 0) {
+            int j = c->i_select;
+            plan = c->spec.m[j]->ops.select(c->mstate[j], s, s->mstate[j]);
+        }
+        c->reqs[h] = (kvc_attend_req){.s = s, .q = qh, .out = out + (size_t)h * c->G * d, .plan = plan,
+                                      .want_attn = c->want_attn};
+    }
+    kvc_attend_opts o = {.G = c->G, .split = split, .on_attn = c->want_attn ? on_attn_cb : NULL,
+                         .on_select = on_select_cb, .cb_ctx = c};
+    return kvc_attend(c->reqs, nkv, &o, c->pool, c->ws);
+}
+
+kvc_status kvc_cache_attend(kvc_cache *c, int layer, const float *q, float *out) {
+    return kvc_cache_attend_opts(c, layer, q, out, 0);
+}
+
+/* ---- prefill ----------------------------------------------------------------------- */
+
+kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, const float *k,
+                             const float *v, float *out) {
+    KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
+              layer, c->shape.n_layers);
+    KVC_CHECK(n >= 0, KVC_ERR_ARG, "cache prefill: %d tokens", n);
+    int nkv = c->shape.n_kv_heads, d = c->shape.head_dim, nh = c->shape.n_heads;
+    int64_t have = c->streams[layer * nkv]->n_pos;
+    KVC_CHECK(have + n <= c->shape.max_tokens, KVC_ERR_RANGE,
+              "cache layer %d: %lld + %d tokens exceed the capacity of %d tokens", layer,
+              (long long)have, n, c->shape.max_tokens);
+    if (n == 0) return KVC_OK;
+    for (int h = 0; h < nkv; h++) {
+        kvc_stream *s = c->streams[layer * nkv + h];
+        KVC_TRY(kvc_prefill_attend(s, c->G, n, q + (size_t)h * c->G * d, nh * d, k + (size_t)h * d,
+                                   v + (size_t)h * d, nkv * d, out + (size_t)h * c->G * d, nh * d, c->pws));
+    }
+    return kvc_cache_append_n(c, layer, n, k, v, q);
+}
+
+/* ---- stats ---------------------------------------------------------------------- */
+
+void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
+    memset(out, 0, sizeof *out);
+    uint64_t live = 0;
+    for (int i = 0; i < c->n_streams; i++) {
+        const kvc_stream *s = c->streams[i];
+        const kvc_xform *prev = NULL;
+        for (int ci = 0; ci < s->n_chunks; ci++) {
+            const kvc_chunk *ch = s->chunks[ci];
+            kvc_chunk_bytes(ch, &out->payload_bytes, &out->meta_bytes, &out->index_bytes);
+            if (ch->xf && ch->xf != prev && ch->xf->ops->bytes) out->meta_bytes += ch->xf->ops->bytes(ch->xf);
+            prev = ch->xf;
+        }
+        uint64_t p = 0, m = 0, x = 0;
+        kvc_chunk_bytes(s->hot, &p, &m, &x);
+        out->window_bytes += p + m; /* the dense hot window with its spare capacity */
+        for (int j = 0; j < c->spec.n; j++)
+            if (c->spec.m[j]->ops.buffer_bytes)
+                out->buffer_bytes += c->spec.m[j]->ops.buffer_bytes(c->mstate[j], s, s->mstate[j]);
+        live += (uint64_t)kvc_stream_live_tokens(s);
+    }
+    out->buffer_bytes += kvc_attend_ws_bytes(c->ws) + kvc_prefill_ws_bytes(c->pws);
+    int nl = c->shape.n_layers, nkv = c->shape.n_kv_heads, d = c->shape.head_dim;
+    out->tokens = live / (uint64_t)(nl * nkv);
+    uint64_t total = out->payload_bytes + out->meta_bytes + out->index_bytes + out->window_bytes + out->buffer_bytes;
+    if (out->tokens > 0) {
+        out->bytes_per_token = (double)total / (double)out->tokens;
+        out->bits_per_element = (double)total * 8.0 / ((double)out->tokens * nl * nkv * d * 2);
+        double f16 = (double)out->tokens * nl * nkv * d * 2 * 2;
+        out->ratio_vs_f16 = total ? f16 / (double)total : 0.0;
+    }
+}

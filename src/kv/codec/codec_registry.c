@@ -1,0 +1,33 @@
+/* The codec registry (DESIGN.md §4 "Codec"): name → operations table, and
+ * the one-time kernel dispatch of every codec for the active ISA. Adding a
+ * codec = one row in `codecs` and, if it has SIMD kernels, one init call. */
+#include "kv/codec/codec.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#include "kv/codec/dense.h"
+#include "kv/softmax.h"
+
+static const kvc_codec_ops *const codecs[] = {
+    &kvc_codec_f32,
+    &kvc_codec_f16,
+    &kvc_codec_bf16,
+    NULL,
+};
+
+const kvc_codec_ops *kvc_codec_find(const char *name) {
+    for (int i = 0; codecs[i]; i++)
+        if (strcmp(codecs[i]->name, name) == 0) return codecs[i];
+    return NULL;
+}
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+
+static void init_all(void) {
+    kvc_isa isa = kvc_active_isa();
+    kvc_softmax_init(isa);
+    kvc_dense_init(isa);
+}
+
+void kvc_codecs_init(void) { pthread_once(&init_once, init_all); }

@@ -1,0 +1,259 @@
+/* Dense codecs f32 / f16 / bf16 (DESIGN.md §4 "Codec", the `full` method and
+ * every hot window): a blob is rows [n][dim] of one element type in a 64-byte
+ * aligned buffer that grows by doubling (appendable; spare capacity counts as
+ * metadata). This file holds the codec tables and the scalar reference
+ * kernels; SIMD kernels are in src/kernels/<isa>/kv_dense_<isa>.c. */
+#include "kv/codec/dense.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/f16.h"
+#include "base/status.h"
+
+typedef struct dense_blob {
+    int n, cap;
+    void *rows; /* [cap][dim] elements */
+} dense_blob;
+
+static size_t elem_size(kvc_dense_type t) { return t == KVC_DENSE_F32 ? 4 : 2; }
+
+static kvc_dense_type type_of(const kvc_codec *c) {
+    if (c->ops == &kvc_codec_f16) return KVC_DENSE_F16;
+    if (c->ops == &kvc_codec_bf16) return KVC_DENSE_BF16;
+    return KVC_DENSE_F32;
+}
+
+const void *kvc_dense_rows(const void *blob) { return ((const dense_blob *)blob)->rows; }
+
+void kvc_dense_truncate(void *blob, int n) {
+    dense_blob *b = blob;
+    if (n >= 0 && n < b->n) b->n = n;
+}
+
+/* ---- scalar reference kernels ------------------------------------------- */
+
+static inline float load_elem(kvc_dense_type t, const void *x, size_t i) {
+    switch (t) {
+    case KVC_DENSE_F16: return kvc_f16_to_f32(((const kvc_f16 *)x)[i]);
+    case KVC_DENSE_BF16: return kvc_bf16_to_f32(((const kvc_bf16 *)x)[i]);
+    default: return ((const float *)x)[i];
+    }
+}
+
+static void qk_ref(kvc_dense_type t, const void *x, int n, int d, const float *q, int G, int ldq,
+                   float *s, int lds) {
+    for (int i = 0; i < n; i++) {
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * ldq;
+            float acc = 0.0f;
+            for (int j = 0; j < d; j++) acc += qg[j] * load_elem(t, x, (size_t)i * d + j);
+            s[(size_t)g * lds + i] = acc;
+        }
+    }
+}
+
+static void pv_ref(kvc_dense_type t, const void *x, int n, int d, const float *p, int G, int ldp,
+                   float *o, int ldo) {
+    for (int i = 0; i < n; i++) {
+        for (int g = 0; g < G; g++) {
+            float pg = p[(size_t)g * ldp + i];
+            float *og = o + (size_t)g * ldo;
+            for (int j = 0; j < d; j++) og[j] += pg * load_elem(t, x, (size_t)i * d + j);
+        }
+    }
+}
+
+static void qk_f32_ref(const void *x, int n, int d, const float *q, int G, int ldq, float *s,
+                       int lds) {
+    qk_ref(KVC_DENSE_F32, x, n, d, q, G, ldq, s, lds);
+}
+static void qk_f16_ref(const void *x, int n, int d, const float *q, int G, int ldq, float *s,
+                       int lds) {
+    qk_ref(KVC_DENSE_F16, x, n, d, q, G, ldq, s, lds);
+}
+static void qk_bf16_ref(const void *x, int n, int d, const float *q, int G, int ldq, float *s,
+                        int lds) {
+    qk_ref(KVC_DENSE_BF16, x, n, d, q, G, ldq, s, lds);
+}
+static void pv_f32_ref(const void *x, int n, int d, const float *p, int G, int ldp, float *o,
+                       int ldo) {
+    pv_ref(KVC_DENSE_F32, x, n, d, p, G, ldp, o, ldo);
+}
+static void pv_f16_ref(const void *x, int n, int d, const float *p, int G, int ldp, float *o,
+                       int ldo) {
+    pv_ref(KVC_DENSE_F16, x, n, d, p, G, ldp, o, ldo);
+}
+static void pv_bf16_ref(const void *x, int n, int d, const float *p, int G, int ldp, float *o,
+                        int ldo) {
+    pv_ref(KVC_DENSE_BF16, x, n, d, p, G, ldp, o, ldo);
+}
+
+const kvc_dense_kernels kvc_dense_ref = {
+    .qk = {qk_f32_ref, qk_f16_ref, qk_bf16_ref},
+    .pv = {pv_f32_ref, pv_f16_ref, pv_bf16_ref},
+};
+kvc_dense_kernels kvc_dense_k = {
+    .qk = {qk_f32_ref, qk_f16_ref, qk_bf16_ref},
+    .pv = {pv_f32_ref, pv_f16_ref, pv_bf16_ref},
+};
+
+/* ---- codec operations ------------------------------------------------------ */
+
+static void store_rows(kvc_dense_type t, void *dst, const float *x, int n, int d, int ld) {
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * ld;
+        switch (t) {
+        case KVC_DENSE_F32: memcpy((float *)dst + (size_t)i * d, xi, (size_t)d * 4); break;
+        case KVC_DENSE_F16: {
+            kvc_f16 *o = (kvc_f16 *)dst + (size_t)i * d;
+            for (int j = 0; j < d; j++) o[j] = kvc_f32_to_f16(xi[j]);
+            break;
+        }
+        case KVC_DENSE_BF16: {
+            kvc_bf16 *o = (kvc_bf16 *)dst + (size_t)i * d;
+            for (int j = 0; j < d; j++) o[j] = kvc_f32_to_bf16(xi[j]);
+            break;
+        }
+        }
+    }
+}
+
+static kvc_status reserve(const kvc_codec *c, dense_blob *b, int need) {
+    if (need <= b->cap) return KVC_OK;
+    int cap = b->cap ? b->cap : 16;
+    while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
+    size_t row = (size_t)c->dim * elem_size(type_of(c));
+    size_t bytes = ((size_t)cap * row + 63) & ~(size_t)63;
+    void *r = aligned_alloc(64, bytes ? bytes : 64);
+    if (!r) return kvc_fail(KVC_ERR_NOMEM, "dense %s blob: %d rows of %zu bytes", c->ops->name, cap, row);
+    if (b->n) memcpy(r, b->rows, (size_t)b->n * row);
+    free(b->rows);
+    b->rows = r;
+    b->cap = cap;
+    return KVC_OK;
+}
+
+static kvc_status dense_append(const kvc_codec *c, void *blob, const float *x, int n, int ld) {
+    dense_blob *b = blob;
+    if (n <= 0) return KVC_OK;
+    KVC_TRY(reserve(c, b, b->n + n));
+    kvc_dense_type t = type_of(c);
+    store_rows(t, (char *)b->rows + (size_t)b->n * c->dim * elem_size(t), x, n, c->dim, ld);
+    b->n += n;
+    return KVC_OK;
+}
+
+static kvc_status dense_encode(const kvc_codec *c, const float *x, int n, int ld, void **out) {
+    *out = NULL;
+    dense_blob *b = calloc(1, sizeof *b);
+    if (!b) return kvc_fail(KVC_ERR_NOMEM, "dense blob");
+    kvc_status st = n > 0 ? reserve(c, b, n) : KVC_OK;
+    if (st == KVC_OK) st = dense_append(c, b, x, n, ld);
+    if (st != KVC_OK) {
+        free(b->rows);
+        free(b);
+        return st;
+    }
+    *out = b;
+    return KVC_OK;
+}
+
+static void dense_drop_front(const kvc_codec *c, void *blob, int n) {
+    dense_blob *b = blob;
+    if (n <= 0) return;
+    if (n >= b->n) {
+        b->n = 0;
+        return;
+    }
+    size_t row = (size_t)c->dim * elem_size(type_of(c));
+    memmove(b->rows, (char *)b->rows + (size_t)n * row, (size_t)(b->n - n) * row);
+    b->n -= n;
+}
+
+static int dense_count(const kvc_codec *c, const void *blob) {
+    (void)c;
+    return ((const dense_blob *)blob)->n;
+}
+
+static void dense_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
+                     const kvc_range *r, int nr, float *s, int lds) {
+    const dense_blob *b = blob;
+    kvc_dense_type t = type_of(c);
+    size_t row = (size_t)c->dim * elem_size(t);
+    kvc_qk_dense_fn fn = kvc_dense_k.qk[t];
+    int off = 0;
+    for (int i = 0; i < nr; i++) {
+        int len = r[i].end - r[i].begin;
+        fn((const char *)b->rows + (size_t)r[i].begin * row, len, c->dim, q, G, ldq, s + off, lds);
+        off += len;
+    }
+}
+
+static void dense_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
+                     const kvc_range *r, int nr, float *o, int ldo) {
+    const dense_blob *b = blob;
+    kvc_dense_type t = type_of(c);
+    size_t row = (size_t)c->dim * elem_size(t);
+    kvc_pv_dense_fn fn = kvc_dense_k.pv[t];
+    int off = 0;
+    for (int i = 0; i < nr; i++) {
+        int len = r[i].end - r[i].begin;
+        fn((const char *)b->rows + (size_t)r[i].begin * row, len, c->dim, p + off, G, ldp, o, ldo);
+        off += len;
+    }
+}
+
+static void dense_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x,
+                         int ld) {
+    const dense_blob *b = blob;
+    kvc_dense_type t = type_of(c);
+    int d = c->dim;
+    for (int i = begin; i < end; i++)
+        for (int j = 0; j < d; j++) x[(size_t)(i - begin) * ld + j] = load_elem(t, b->rows, (size_t)i * d + j);
+}
+
+static const float *dense_view_f32(const kvc_codec *c, const void *blob) {
+    return type_of(c) == KVC_DENSE_F32 ? ((const dense_blob *)blob)->rows : NULL;
+}
+
+static void dense_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
+    const dense_blob *b = blob;
+    uint64_t row = (uint64_t)c->dim * elem_size(type_of(c));
+    *payload = (uint64_t)b->n * row;
+    *meta = (uint64_t)(b->cap - b->n) * row + sizeof *b;
+}
+
+static void dense_free(const kvc_codec *c, void *blob) {
+    (void)c;
+    dense_blob *b = blob;
+    if (!b) return;
+    free(b->rows);
+    free(b);
+}
+
+#define DENSE_OPS(NAME)                                                                            \
+    {                                                                                              \
+        .name = NAME, .granule = 1, .encode = dense_encode, .append = dense_append,                \
+        .drop_front = dense_drop_front, .count = dense_count, .qk = dense_qk, .pv = dense_pv,      \
+        .decode = dense_decode, .view_f32 = dense_view_f32, .bytes = dense_bytes,                  \
+        .free = dense_free,                                                                        \
+    }
+
+const kvc_codec_ops kvc_codec_f32 = DENSE_OPS("f32");
+const kvc_codec_ops kvc_codec_f16 = DENSE_OPS("f16");
+const kvc_codec_ops kvc_codec_bf16 = DENSE_OPS("bf16");
+
+const kvc_codec_ops *kvc_codec_dense(kvc_dense_type t) {
+    switch (t) {
+    case KVC_DENSE_F16: return &kvc_codec_f16;
+    case KVC_DENSE_BF16: return &kvc_codec_bf16;
+    default: return &kvc_codec_f32;
+    }
+}
+
+/* Registers the SIMD kernels over the references for the active ISA. */
+void kvc_dense_init(kvc_isa isa) {
+    kvc_dense_k = kvc_dense_ref;
+    (void)isa;
+}

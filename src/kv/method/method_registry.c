@@ -1,0 +1,10 @@
+/* The method registry (DESIGN.md §5): one row per method, defined in its own
+ * file under src/kv/method/. Adding a method = an extern line and a row here. */
+#include "kv/method/method.h"
+
+extern const kvc_method kvc_method_full;
+
+const kvc_method *const kvc_method_registry[] = {
+    &kvc_method_full,
+    NULL,
+};

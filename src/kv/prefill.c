@@ -1,0 +1,156 @@
+/* Chunked prefill attention (DESIGN.md §2, cache.h kvc_cache_prefill): the n
+ * queries of a prompt chunk attend to the stream's compressed past (every
+ * chunk and the hot window, decoded tile by tile: codec decode + transform
+ * restore, so quantisation and pruning error are seen; dead tokens masked; no
+ * selection, as prefill attention is dense in the papers) and causally and
+ * exactly to the chunk's own k, v. Queries are processed in tiles of QT
+ * tokens × G heads as one matrix; scores and outputs are BLAS sgemm products
+ * with an online softmax across key tiles. */
+#include "kv/prefill.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "kv/softmax.h"
+
+enum { QT = 64, KT = 256 };
+
+struct kvc_prefill_ws {
+    float *qm, *om, *s, *m, *l, *kt, *vt;
+    size_t cap_q, cap_k;
+};
+
+kvc_status kvc_prefill_ws_create(kvc_prefill_ws **out) {
+    *out = calloc(1, sizeof **out);
+    return *out ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "prefill workspace");
+}
+
+void kvc_prefill_ws_free(kvc_prefill_ws *w) {
+    if (!w) return;
+    free(w->qm); free(w->om); free(w->s); free(w->m); free(w->l); free(w->kt); free(w->vt);
+    free(w);
+}
+
+uint64_t kvc_prefill_ws_bytes(const kvc_prefill_ws *w) {
+    return w ? sizeof *w + (w->cap_q * 2 + w->cap_q / 64 * 2 + w->cap_q / 64 * KT + w->cap_k * 2) * 4 : 0;
+}
+
+static kvc_status reserve(kvc_prefill_ws *w, int G, int d) {
+    size_t nq = (size_t)QT * G * d, nk = (size_t)KT * d;
+    if (w->cap_q < nq) {
+        free(w->qm); free(w->om); free(w->s); free(w->m); free(w->l);
+        w->qm = malloc(nq * 4);
+        w->om = malloc(nq * 4);
+        w->s = malloc((size_t)QT * G * KT * 4);
+        w->m = malloc((size_t)QT * G * 4);
+        w->l = malloc((size_t)QT * G * 4);
+        w->cap_q = w->qm && w->om && w->s && w->m && w->l ? nq : 0;
+        if (!w->cap_q) return kvc_fail(KVC_ERR_NOMEM, "prefill query tile (%d x %d)", QT * G, d);
+    }
+    if (w->cap_k < nk) {
+        free(w->kt); free(w->vt);
+        w->kt = malloc(nk * 4);
+        w->vt = malloc(nk * 4);
+        w->cap_k = w->kt && w->vt ? nk : 0;
+        if (!w->cap_k) return kvc_fail(KVC_ERR_NOMEM, "prefill key tile (%d x %d)", KT, d);
+    }
+    return KVC_OK;
+}
+
+/* Online softmax update for rows x nk scores s (ld KT), then O += P V. `first_key`
+ * and `row_tok` give causal masking when causal != 0: key j is visible to row r
+ * iff first_key + j <= row_tok[r / G]. */
+static void update(kvc_prefill_ws *w, int rows, int G, int d, int nk, const float *vt, int ldv,
+                   const uint64_t *dead, int dead_off, int causal, int first_key, int tok0) {
+    for (int r = 0; r < rows; r++) {
+        float *s = w->s + (size_t)r * KT;
+        int lim = nk;
+        if (causal) {
+            int tok = tok0 + r / G; /* this query's index in the chunk */
+            lim = tok - first_key + 1;
+            if (lim > nk) lim = nk;
+            if (lim < 0) lim = 0;
+            for (int j = lim; j < nk; j++) s[j] = -INFINITY;
+        }
+        if (dead)
+            for (int j = 0; j < nk; j++) {
+                int t = dead_off + j;
+                if ((dead[t >> 6] >> (t & 63)) & 1) s[j] = -INFINITY;
+            }
+        float mt = kvc_softmax_k.max(s, nk);
+        if (mt == -INFINITY) {
+            memset(s, 0, (size_t)nk * 4);
+            continue;
+        }
+        float m = w->m[r] > mt ? w->m[r] : mt;
+        if (m > w->m[r]) {
+            float a = w->m[r] == -INFINITY ? 0.0f : expf(w->m[r] - m);
+            float *o = w->om + (size_t)r * d;
+            for (int j = 0; j < d; j++) o[j] *= a;
+            w->l[r] *= a;
+            w->m[r] = m;
+        }
+        w->l[r] += kvc_softmax_k.exp_sum(s, nk, m);
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, nk, 1.0f, w->s, KT, vt, ldv,
+                1.0f, w->om, d);
+}
+
+/* Scores of the query tile against nk keys (rows ld ldk). */
+static void scores(kvc_prefill_ws *w, int rows, int d, const float *kt, int ldk, int nk) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, d, 1.0f, w->qm, d, kt, ldk,
+                0.0f, w->s, KT);
+}
+
+kvc_status kvc_prefill_attend(const kvc_stream *s, int G, int n, const float *q, int ldq,
+                              const float *k, const float *v, int ldkv, float *out, int ldo,
+                              kvc_prefill_ws *w) {
+    int d = s->dim;
+    KVC_TRY(reserve(w, G, d));
+    float scale = 1.0f / sqrtf((float)d);
+    for (int t0 = 0; t0 < n; t0 += QT) {
+        int nt = n - t0 < QT ? n - t0 : QT, rows = nt * G;
+        for (int i = 0; i < nt; i++)
+            for (int g = 0; g < G; g++) {
+                const float *src = q + (size_t)(t0 + i) * ldq + (size_t)g * d;
+                float *dst = w->qm + ((size_t)i * G + g) * d;
+                for (int j = 0; j < d; j++) dst[j] = src[j] * scale;
+            }
+        for (int r = 0; r < rows; r++) w->m[r] = -INFINITY, w->l[r] = 0.0f;
+        memset(w->om, 0, (size_t)rows * d * 4);
+
+        /* the past: sealed chunks, then the hot window */
+        for (int ci = 0; ci <= s->n_chunks; ci++) {
+            const kvc_chunk *c = ci < s->n_chunks ? s->chunks[ci] : s->hot;
+            const float *kf = c->xf ? NULL : c->kc.ops->view_f32 ? c->kc.ops->view_f32(&c->kc, c->kb) : NULL;
+            const float *vf = c->xf ? NULL : c->vc.ops->view_f32 ? c->vc.ops->view_f32(&c->vc, c->vb) : NULL;
+            for (int b = 0; b < c->n; b += KT) {
+                int nk = c->n - b < KT ? c->n - b : KT;
+                const float *kt = kf ? kf + (size_t)b * d : w->kt;
+                const float *vt = vf ? vf + (size_t)b * d : w->vt;
+                if (!kf || !vf)
+                    KVC_TRY(kvc_chunk_decode(c, b, b + nk, kf ? NULL : w->kt, vf ? NULL : w->vt, d));
+                scores(w, rows, d, kt, d, nk);
+                update(w, rows, G, d, nk, vt, d, c->dead, b, 0, 0, 0);
+            }
+        }
+        /* the chunk itself, causally: keys 0 .. t0+nt-1 */
+        for (int b = 0; b < t0 + nt; b += KT) {
+            int nk = t0 + nt - b < KT ? t0 + nt - b : KT;
+            scores(w, rows, d, k + (size_t)b * ldkv, ldkv, nk);
+            update(w, rows, G, d, nk, v + (size_t)b * ldkv, ldkv, NULL, 0, 1, b, t0);
+        }
+        for (int i = 0; i < nt; i++)
+            for (int g = 0; g < G; g++) {
+                int r = i * G + g;
+                float inv = w->l[r] > 0.0f ? 1.0f / w->l[r] : 0.0f;
+                const float *src = w->om + (size_t)r * d;
+                float *dst = out + (size_t)(t0 + i) * ldo + (size_t)g * d;
+                for (int j = 0; j < d; j++) dst[j] = src[j] * inv;
+            }
+    }
+    return KVC_OK;
+}

@@ -1,0 +1,132 @@
+/* Streams (DESIGN.md §4): the chunk list of one (layer, KV head) and its dense
+ * f32 hot window — creation, insertion and replacement of chunks (swap-in of
+ * background work, eviction of whole chunks), pushing tokens into the hot
+ * window and sealing its oldest tokens into a chunk. */
+#include "kv/stream.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+#include "kv/codec/dense.h"
+
+kvc_status kvc_stream_create(int layer, int head, int dim, kvc_stream **out) {
+    *out = NULL;
+    kvc_stream *s = calloc(1, sizeof *s);
+    if (!s) return kvc_fail(KVC_ERR_NOMEM, "stream (layer %d, head %d)", layer, head);
+    s->layer = layer;
+    s->head = head;
+    s->dim = dim;
+    kvc_codec f32 = {.ops = &kvc_codec_f32, .dim = dim, .cfg = NULL};
+    kvc_status st = kvc_chunk_encode(&f32, &f32, NULL, NULL, 0, dim, 0, NULL, NULL, &s->hot);
+    if (st != KVC_OK) {
+        free(s);
+        return st;
+    }
+    s->hot->flags = KVC_CHUNK_HOT;
+    *out = s;
+    return KVC_OK;
+}
+
+void kvc_stream_chunk_free(kvc_stream *s, kvc_chunk *c) {
+    if (!c) return;
+    if (c->user && s->chunk_user_free) s->chunk_user_free(s->chunk_user_ctx, c);
+    kvc_chunk_free(c);
+}
+
+void kvc_stream_clear(kvc_stream *s) {
+    for (int i = 0; i < s->n_chunks; i++) kvc_stream_chunk_free(s, s->chunks[i]);
+    s->n_chunks = 0;
+    s->hot->kc.ops->drop_front(&s->hot->kc, s->hot->kb, s->hot->n);
+    s->hot->vc.ops->drop_front(&s->hot->vc, s->hot->vb, s->hot->n);
+    s->hot->n = 0;
+    s->hot->pos0 = 0;
+    s->n_pos = 0;
+    s->version++;
+}
+
+void kvc_stream_free(kvc_stream *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_chunks; i++) kvc_stream_chunk_free(s, s->chunks[i]);
+    free(s->chunks);
+    kvc_chunk_free(s->hot);
+    free(s->sel_cache);
+    free(s);
+}
+
+int64_t kvc_stream_live_tokens(const kvc_stream *s) {
+    int64_t n = s->hot->n;
+    for (int i = 0; i < s->n_chunks; i++) n += s->chunks[i]->n - s->chunks[i]->n_dead;
+    return n;
+}
+
+static kvc_status grow(kvc_stream *s, int need) {
+    if (need <= s->cap_chunks) return KVC_OK;
+    int cap = s->cap_chunks ? s->cap_chunks * 2 : 16;
+    while (cap < need) cap *= 2;
+    kvc_chunk **c = realloc(s->chunks, (size_t)cap * sizeof *c);
+    if (!c) return kvc_fail(KVC_ERR_NOMEM, "chunk list of %d", cap);
+    s->chunks = c;
+    s->cap_chunks = cap;
+    return KVC_OK;
+}
+
+kvc_status kvc_stream_replace(kvc_stream *s, int first, int count, kvc_chunk **new_chunks,
+                              int n_new) {
+    KVC_CHECK(first >= 0 && count >= 0 && first + count <= s->n_chunks && n_new >= 0, KVC_ERR_ARG,
+              "stream replace: chunks [%d, %d+%d) outside [0, %d)", first, first, count,
+              s->n_chunks);
+    KVC_TRY(grow(s, s->n_chunks - count + n_new));
+    for (int i = first; i < first + count; i++) kvc_stream_chunk_free(s, s->chunks[i]);
+    memmove(s->chunks + first + n_new, s->chunks + first + count,
+            (size_t)(s->n_chunks - first - count) * sizeof *s->chunks);
+    for (int i = 0; i < n_new; i++) s->chunks[first + i] = new_chunks[i];
+    s->n_chunks += n_new - count;
+    s->version++;
+    return KVC_OK;
+}
+
+kvc_status kvc_stream_insert(kvc_stream *s, int at, kvc_chunk *c) {
+    return kvc_stream_replace(s, at, 0, &c, 1);
+}
+
+const float *kvc_stream_hot_k(const kvc_stream *s) { return kvc_dense_rows(s->hot->kb); }
+const float *kvc_stream_hot_v(const kvc_stream *s) { return kvc_dense_rows(s->hot->vb); }
+
+kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, int n, int ld) {
+    kvc_chunk *h = s->hot;
+    if (h->n == 0) h->pos0 = s->n_pos;
+    KVC_TRY(h->kc.ops->append(&h->kc, h->kb, k, n, ld));
+    kvc_status st = h->vc.ops->append(&h->vc, h->vb, v, n, ld);
+    if (st != KVC_OK) { /* keep K and V the same length */
+        kvc_dense_truncate(h->kb, h->n);
+        return st;
+    }
+    h->n += n;
+    s->n_pos += n;
+    return KVC_OK;
+}
+
+kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *ctx) {
+    kvc_chunk *h = s->hot;
+    KVC_CHECK(n >= 0 && n <= h->n, KVC_ERR_INTERNAL, "hot seal: %d of %d tokens", n, h->n);
+    if (n == 0) return KVC_OK;
+    const float *k = kvc_stream_hot_k(s), *v = kvc_stream_hot_v(s);
+    kvc_chunk *c = NULL;
+    if (build) {
+        KVC_TRY(build(ctx, s, k, v, n, h->pos0, &c));
+    } else {
+        kvc_codec f32 = {.ops = &kvc_codec_f32, .dim = s->dim, .cfg = NULL};
+        KVC_TRY(kvc_chunk_encode(&f32, &f32, k, v, n, s->dim, h->pos0, NULL, NULL, &c));
+    }
+    kvc_status st = kvc_stream_insert(s, s->n_chunks, c);
+    if (st != KVC_OK) {
+        kvc_stream_chunk_free(s, c);
+        return st;
+    }
+    h->kc.ops->drop_front(&h->kc, h->kb, n);
+    h->vc.ops->drop_front(&h->vc, h->vb, n);
+    h->n -= n;
+    h->pos0 += n;
+    return KVC_OK;
+}
