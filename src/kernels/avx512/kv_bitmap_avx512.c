@@ -13,17 +13,19 @@
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* The 64 values of one tile as 4 x 16 f32 (pruned channels are 0). `p` points at
- * the tile's first packed value; returns the pointer past its last one. */
+ * the tile's first packed value; returns the pointer past its last one.
+ * Four 256-bit VPEXPANDW of 16 values each rather than two 512-bit ones: on the
+ * machine of docs/benchmarks.md (AMD Zen 5) the 512-bit form costs ~1.2 ns and
+ * the 256-bit form ~0.4 ns (measured, docs/formats.md "Bitmap tiles"), and each
+ * 16-value result feeds VCVTPH2PS directly. */
 ALWAYS_INLINE const kvc_f16 *expand_tile(const kvc_f16 *p, uint64_t m, __m512 f[4]) {
-    __mmask32 lo = (__mmask32)m, hi = (__mmask32)(m >> 32);
-    __m512i a = _mm512_maskz_expandloadu_epi16(lo, p);
-    p += __builtin_popcount((uint32_t)lo);
-    __m512i b = _mm512_maskz_expandloadu_epi16(hi, p);
-    p += __builtin_popcount((uint32_t)hi);
-    f[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(a));
-    f[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(a, 1));
-    f[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(b));
-    f[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(b, 1));
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++) {
+        __mmask16 mr = (__mmask16)(m >> (16 * r));
+        __m256i x = _mm256_maskz_expand_epi16(mr, _mm256_loadu_si256((const __m256i *)p));
+        p += __builtin_popcount((unsigned)mr);
+        f[r] = _mm512_cvtph_ps(x);
+    }
     return p;
 }
 
@@ -39,40 +41,53 @@ ALWAYS_INLINE __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
     return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
+/* acc[h] = lanes whose sum is q_h . K[tok] for one token (G heads). */
+ALWAYS_INLINE void token_dot(const kvc_bitmap_view *k, int nt, size_t tok,
+                             const float *const *qs, const int G, __m512 *acc) {
+    const uint64_t *bits = k->bits + tok * nt;
+    const kvc_f16 *vp = k->vals + tok * (size_t)k->keep;
+    /* the hardware prefetcher alone leaves the two streams (bits, vals) short */
+    _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep), _MM_HINT_T0);
+    _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep) + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
+#pragma GCC unroll 4
+    for (int h = 0; h < G; h++) acc[h] = _mm512_setzero_ps();
+    for (int t = 0; t < nt; t++) {
+        __m512 f[4];
+        vp = expand_tile(vp, bits[t], f);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) {
+            const float *qt = qs[h] + t * 64;
+            __m512 a = _mm512_mul_ps(f[0], _mm512_loadu_ps(qt));
+            __m512 b = _mm512_mul_ps(f[1], _mm512_loadu_ps(qt + 16));
+            a = _mm512_fmadd_ps(f[2], _mm512_loadu_ps(qt + 32), a);
+            b = _mm512_fmadd_ps(f[3], _mm512_loadu_ps(qt + 48), b);
+            acc[h] = _mm512_add_ps(acc[h], _mm512_add_ps(a, b));
+        }
+    }
+}
+
 /* Heads [0, G) with G a compile-time constant after inlining. qs: per head a
- * pointer to nt*64 floats (the tail tile zero-padded). */
-ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, const int G,
-                            int n, float *scores, int ld) {
+ * pointer to nt*64 floats (the tail tile zero-padded). Four tokens at a time,
+ * reduced together. */
+ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, const int G, int n,
+                            float *scores, int ld) {
     int nt = kvc_bitmap_tiles(k->d);
     int i = 0;
-    for (; i < n; i += 4) {
-        __m512 acc[4][4]; /* [token][head] */
-        int nb = n - i < 4 ? n - i : 4;
-        for (int j = 0; j < 4; j++) {
-            for (int h = 0; h < G; h++) acc[j][h] = _mm512_setzero_ps();
-            if (j >= nb) continue;
-            size_t tok = (size_t)(i + j);
-            const uint64_t *bits = k->bits + tok * nt;
-            const kvc_f16 *vp = k->vals + tok * (size_t)k->keep;
-            for (int t = 0; t < nt; t++) {
-                __m512 f[4];
-                vp = expand_tile(vp, bits[t], f);
-                for (int h = 0; h < G; h++) {
-                    const float *qt = qs[h] + t * 64;
-                    __m512 a = _mm512_mul_ps(f[0], _mm512_loadu_ps(qt));
-                    __m512 b = _mm512_mul_ps(f[1], _mm512_loadu_ps(qt + 16));
-                    a = _mm512_fmadd_ps(f[2], _mm512_loadu_ps(qt + 32), a);
-                    b = _mm512_fmadd_ps(f[3], _mm512_loadu_ps(qt + 48), b);
-                    acc[j][h] = _mm512_add_ps(acc[j][h], _mm512_add_ps(a, b));
-                }
-            }
-        }
-        for (int h = 0; h < G; h++) {
-            __m128 s = reduce4(acc[0][h], acc[1][h], acc[2][h], acc[3][h]);
-            float tmp[4];
-            _mm_storeu_ps(tmp, s);
-            memcpy(scores + (size_t)h * ld + i, tmp, (size_t)nb * sizeof(float));
-        }
+    for (; i + 4 <= n; i += 4) {
+        __m512 a0[4], a1[4], a2[4], a3[4];
+        token_dot(k, nt, (size_t)i, qs, G, a0);
+        token_dot(k, nt, (size_t)i + 1, qs, G, a1);
+        token_dot(k, nt, (size_t)i + 2, qs, G, a2);
+        token_dot(k, nt, (size_t)i + 3, qs, G, a3);
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++)
+            _mm_storeu_ps(scores + (size_t)h * ld + i, reduce4(a0[h], a1[h], a2[h], a3[h]));
+    }
+    for (; i < n; i++) {
+        __m512 a0[4];
+        token_dot(k, nt, (size_t)i, qs, G, a0);
+        for (int h = 0; h < G; h++) scores[(size_t)h * ld + i] = _mm512_reduce_add_ps(a0[h]);
     }
 }
 
@@ -105,26 +120,35 @@ void kvc_qk_bitmap_f16_avx512(const kvc_bitmap_view *k, int n, const float *q, i
     }
 }
 
-/* One tile column `t` of all n tokens into G heads' 64 outputs. */
+/* One tile column `t` of all n tokens into G heads' 64 outputs (G*4
+ * accumulators stay in registers while the tokens stream by). */
 ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, const int G, int ld,
                            int n, float *out /* [G][64] */) {
     int nt = kvc_bitmap_tiles(v->d);
     __m512 acc[4][4];
+#pragma GCC unroll 4
     for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[h][r] = _mm512_setzero_ps();
     for (int i = 0; i < n; i++) {
-        size_t tok = (size_t)i;
-        const uint64_t *bits = v->bits + tok * nt;
-        const kvc_f16 *vp = v->vals + tok * (size_t)v->keep;
+        const uint64_t *bits = v->bits + (size_t)i * nt;
+        const kvc_f16 *vp = v->vals + (size_t)i * v->keep;
+        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep), _MM_HINT_T0);
+        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep) + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
         for (int u = 0; u < t; u++) vp += __builtin_popcountll(bits[u]);
         __m512 f[4];
         expand_tile(vp, bits[t], f);
+#pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             __m512 w = _mm512_set1_ps(p[(size_t)h * ld + i]);
+#pragma GCC unroll 4
             for (int r = 0; r < 4; r++) acc[h][r] = _mm512_fmadd_ps(w, f[r], acc[h][r]);
         }
     }
+#pragma GCC unroll 4
     for (int h = 0; h < G; h++)
+#pragma GCC unroll 4
         for (int r = 0; r < 4; r++) _mm512_storeu_ps(out + h * 64 + r * 16, acc[h][r]);
 }
 

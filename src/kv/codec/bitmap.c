@@ -6,8 +6,12 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "base/cpu.h"
+#include "base/status.h"
+#include "kv/method/mustafar_prune.h"
 
 void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
     int nt = kvc_bitmap_tiles(d), w = 0;
@@ -92,3 +96,118 @@ const kvc_bitmap_kernels *kvc_bitmap_kernels_get(void) {
     pthread_once(&kernels_once, kernels_init);
     return &active_kernels;
 }
+
+/* ---- codec ----------------------------------------------------------------- */
+
+/* One allocation: this header, bits [n][nt], vals [n][keep] + KVC_BITMAP_PAD. */
+typedef struct bitmap_blob {
+    int n, d, keep, nt;
+    uint64_t *bits;
+    kvc_f16 *vals;
+    size_t alloc; /* bytes of the allocation */
+} bitmap_blob;
+
+static kvc_status bm_encode(const kvc_codec *c, const float *x, int n, int ld, void **out) {
+    const kvc_bitmap_cfg *cfg = c->cfg;
+    int d = c->dim, keep = cfg->keep, nt = kvc_bitmap_tiles(d);
+    *out = NULL;
+    KVC_CHECK(d >= 1 && d <= KVC_BITMAP_MAX_D, KVC_ERR_ARG, "bitmap codec: dim %d outside [1, %d]",
+              d, KVC_BITMAP_MAX_D);
+    KVC_CHECK(keep >= 0 && keep <= d, KVC_ERR_ARG, "bitmap codec: keep %d outside [0, %d]", keep, d);
+    KVC_CHECK(n >= 0, KVC_ERR_ARG, "bitmap codec: %d tokens", n);
+    size_t hdr = (sizeof(bitmap_blob) + 63) & ~(size_t)63;
+    size_t nbits = (size_t)n * nt * sizeof(uint64_t);
+    size_t nvals = (size_t)n * keep * sizeof(kvc_f16);
+    size_t alloc = (hdr + nbits + nvals + KVC_BITMAP_PAD + 63) & ~(size_t)63;
+    char *mem = aligned_alloc(64, alloc);
+    if (!mem) return kvc_fail(KVC_ERR_NOMEM, "bitmap blob of %d tokens (%zu bytes)", n, alloc);
+    bitmap_blob *b = (bitmap_blob *)mem;
+    b->n = n;
+    b->d = d;
+    b->keep = keep;
+    b->nt = nt;
+    b->bits = (uint64_t *)(mem + hdr);
+    b->vals = (kvc_f16 *)(mem + hdr + nbits);
+    b->alloc = alloc;
+    memset(mem + hdr + nbits + nvals, 0, alloc - hdr - nbits - nvals); /* padding */
+    uint64_t mask[KVC_BITMAP_MAX_D / 64];
+    for (int i = 0; i < n; i++) {
+        const float *xi = x + (size_t)i * ld;
+        kvc_prune_topk(xi, d, keep, mask);
+        kvc_bitmap_pack(xi, mask, d, b->bits + (size_t)i * nt, b->vals + (size_t)i * keep);
+    }
+    *out = b;
+    return KVC_OK;
+}
+
+static int bm_count(const kvc_codec *c, const void *blob) {
+    (void)c;
+    return ((const bitmap_blob *)blob)->n;
+}
+
+kvc_bitmap_view kvc_bitmap_blob_view(const void *blob, int begin) {
+    const bitmap_blob *b = blob;
+    kvc_bitmap_view v = {b->bits + (size_t)begin * b->nt, b->vals + (size_t)begin * b->keep, b->d,
+                         b->keep};
+    return v;
+}
+
+static void bm_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
+                  const kvc_range *r, int nr, float *s, int lds) {
+    (void)c;
+    const kvc_bitmap_kernels *kk = kvc_bitmap_kernels_get();
+    for (int j = 0; j < nr; j++) {
+        int n = r[j].end - r[j].begin;
+        if (n <= 0) continue;
+        kvc_bitmap_view v = kvc_bitmap_blob_view(blob, r[j].begin);
+        kk->qk(&v, n, q, G, ldq, s, lds);
+        s += n;
+    }
+}
+
+static void bm_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
+                  const kvc_range *r, int nr, float *o, int ldo) {
+    (void)c;
+    const kvc_bitmap_kernels *kk = kvc_bitmap_kernels_get();
+    for (int j = 0; j < nr; j++) {
+        int n = r[j].end - r[j].begin;
+        if (n <= 0) continue;
+        kvc_bitmap_view v = kvc_bitmap_blob_view(blob, r[j].begin);
+        kk->pv(&v, n, p, G, ldp, o, ldo);
+        p += n;
+    }
+}
+
+static void bm_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
+    (void)c;
+    const bitmap_blob *b = blob;
+    for (int i = begin; i < end; i++)
+        kvc_bitmap_unpack(b->bits + (size_t)i * b->nt, b->vals + (size_t)i * b->keep, b->d,
+                          x + (size_t)(i - begin) * ld);
+}
+
+/* payload: the kept f16 values; meta: bitmaps, header, padding (no offsets are
+ * stored: token t's values start at t * keep). */
+static void bm_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
+    (void)c;
+    const bitmap_blob *b = blob;
+    *payload = (uint64_t)b->n * b->keep * sizeof(kvc_f16);
+    *meta = b->alloc - *payload;
+}
+
+static void bm_free(const kvc_codec *c, void *blob) {
+    (void)c;
+    free(blob);
+}
+
+const kvc_codec_ops kvc_codec_bitmap_f16 = {
+    .name = "bitmap_f16",
+    .granule = 4, /* the AVX-512 q·k reduces four tokens at a time */
+    .encode = bm_encode,
+    .count = bm_count,
+    .qk = bm_qk,
+    .pv = bm_pv,
+    .decode = bm_decode,
+    .bytes = bm_bytes,
+    .free = bm_free,
+};

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "base/f16.h"
+#include "kv/codec/codec.h"
 
 #define KVC_BITMAP_TILE 64
 /* Kernels may read up to this many bytes past the last value (16-byte loads
@@ -67,6 +68,21 @@ void kvc_qk_bitmap_f16_avx512(const kvc_bitmap_view *k, int n, const float *q, i
                               float *s, int lds);
 void kvc_pv_bitmap_f16_avx512(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
                               float *o, int ldo);
+
+/* ---- the codec (codec.h) ------------------------------------------------- */
+
+/* Parameters of a bitmap_f16 codec instance (kvc_codec.cfg). */
+typedef struct kvc_bitmap_cfg {
+    int keep; /* values kept per vector, 0..dim */
+} kvc_bitmap_cfg;
+
+/* "bitmap_f16": encode keeps the `keep` largest-magnitude channels of each
+ * vector (kvc_prune_topk order), so a vector already zeroed outside an
+ * output-aware mask encodes to exactly that mask's values. */
+extern const kvc_codec_ops kvc_codec_bitmap_f16;
+
+/* The tiles of tokens [begin, end) of a bitmap_f16 blob (tests, benchmarks). */
+kvc_bitmap_view kvc_bitmap_blob_view(const void *blob, int begin);
 
 /* The kernels for the active ISA (kvc_active_isa), chosen once. */
 typedef struct kvc_bitmap_kernels {
