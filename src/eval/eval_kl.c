@@ -1,0 +1,208 @@
+/* `kvcomp eval kl`: teacher-forced continuation after a long real context,
+ * every method against the full:f32 reference computed once (see eval_kl.h;
+ * metrics as llama.cpp's perplexity --kl-divergence). */
+#include "eval/eval_kl.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/progress.h"
+#include "base/status.h"
+
+typedef struct kl_job {
+    kvc_model *m;
+    const int32_t *tokens;
+    const kvc_eval_kl_params *p;
+    int n_vocab;
+    kvc_progress *prog;
+    int64_t done; /* tokens processed over all runs, for the progress line */
+} kl_job;
+
+/* Called with the logits of scored position i (predicting tokens[n_ctx + 1 + i]). */
+typedef void (*logits_fn)(void *user, int i, const float *logits);
+
+static kvc_status make_ctx(kl_job *job, const char *spec, kvc_ctx **ctx) {
+    kvc_ctx_params cp = {0};
+    cp.n_ctx = job->p->n_ctx + job->p->n_cont;
+    cp.n_threads = job->p->n_threads;
+    cp.n_batch = job->p->n_batch;
+    cp.kv_spec = spec;
+    return kvc_ctx_create(job->m, &cp, ctx);
+}
+
+static kvc_status prefill_context(kl_job *job, kvc_ctx *ctx) {
+    int batch = job->p->n_batch > 0 ? job->p->n_batch : 512;
+    for (int i = 0; i < job->p->n_ctx; i += batch) {
+        int n = job->p->n_ctx - i < batch ? job->p->n_ctx - i : batch;
+        KVC_TRY(kvc_ctx_prefill(ctx, job->tokens + i, n, NULL));
+        job->done += n;
+        kvc_progress_update(job->prog, job->done);
+    }
+    return KVC_OK;
+}
+
+/* One run of a method: prefill, then n_cont teacher-forced decode steps. */
+static kvc_status run_one(kl_job *job, const char *spec, float *logits, logits_fn fn, void *user,
+                          kvc_cache_stats *stats, double *seconds) {
+    kvc_ctx *ctx = NULL;
+    double t0 = kvc_now_s();
+    KVC_TRY(make_ctx(job, spec, &ctx));
+    kvc_status st = prefill_context(job, ctx);
+    for (int i = 0; st == KVC_OK && i < job->p->n_cont; i++) {
+        st = kvc_ctx_decode(ctx, job->tokens[job->p->n_ctx + i], logits);
+        if (st != KVC_OK) break;
+        fn(user, i, logits);
+        job->done++;
+        kvc_progress_update(job->prog, job->done);
+    }
+    if (st == KVC_OK && stats) kvc_ctx_cache_stats(ctx, stats);
+    *seconds = kvc_now_s() - t0;
+    kvc_ctx_free(ctx);
+    return st;
+}
+
+/* ---- the reference: keep its raw logits ---------------------------------------- */
+
+typedef struct ref_store {
+    float *ref; /* [n_cont][n_vocab] */
+    size_t n_vocab;
+} ref_store;
+
+static void store_ref(void *user, int i, const float *logits) {
+    ref_store *r = user;
+    memcpy(r->ref + (size_t)i * r->n_vocab, logits, sizeof(float) * r->n_vocab);
+}
+
+/* ---- a method: per-position metrics against the stored reference --------------- */
+
+typedef struct cmp_state {
+    const float *ref;
+    const int32_t *truth; /* truth[i]: the token predicted at scored position i */
+    size_t n_vocab;
+    float *ref_lp, *scratch;
+    kvc_kl_pos *pos;
+    double max_abs;
+} cmp_state;
+
+static void compare(void *user, int i, const float *logits) {
+    cmp_state *c = user;
+    const float *r = c->ref + (size_t)i * c->n_vocab;
+    for (size_t v = 0; v < c->n_vocab; v++) {
+        double d = fabs((double)logits[v] - (double)r[v]);
+        if (d > c->max_abs || isnan(d)) c->max_abs = isnan(d) ? INFINITY : d;
+    }
+    kvc_log_softmax(r, (int)c->n_vocab, c->ref_lp);
+    kvc_kl_position(c->ref_lp, logits, (int)c->n_vocab, c->truth[i], c->scratch, &c->pos[i]);
+}
+
+/* Dense path: the continuation as prompt chunks (prefill_all). */
+static kvc_status dense_check(kl_job *job, const float *ref, double *max_abs, double *max_logit) {
+    const int n_cont = job->p->n_cont;
+    const size_t nv = (size_t)job->n_vocab;
+    float *all = malloc(sizeof(float) * nv * (size_t)n_cont);
+    KVC_CHECK(all, KVC_ERR_NOMEM, "no memory for %d x %zu dense logits", n_cont, nv);
+    kvc_ctx *ctx = NULL;
+    kvc_status st = make_ctx(job, "full:f32", &ctx);
+    if (st == KVC_OK) st = prefill_context(job, ctx);
+    if (st == KVC_OK) st = kvc_ctx_prefill_all(ctx, job->tokens + job->p->n_ctx, n_cont, all);
+    if (st == KVC_OK) {
+        double mx = 0, ml = 0;
+        for (size_t i = 0; i < nv * (size_t)n_cont; i++) {
+            double d = fabs((double)all[i] - (double)ref[i]);
+            mx = d > mx || isnan(d) ? (isnan(d) ? INFINITY : d) : mx;
+            ml = fabs(ref[i]) > ml ? fabs(ref[i]) : ml;
+        }
+        *max_abs = mx;
+        *max_logit = ml;
+        job->done += n_cont;
+        kvc_progress_update(job->prog, job->done);
+    }
+    kvc_ctx_free(ctx);
+    free(all);
+    return st;
+}
+
+void kvc_eval_kl_report_free(kvc_eval_kl_report *rep) {
+    free(rep->methods);
+    memset(rep, 0, sizeof *rep);
+}
+
+kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
+                           const kvc_eval_kl_params *p, char *const *specs, int n_specs,
+                           kvc_eval_kl_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    KVC_CHECK(p->n_ctx >= 1 && p->n_cont >= 1, KVC_ERR_ARG,
+              "eval kl: --ctx %d and --cont %d must both be >= 1", p->n_ctx, p->n_cont);
+    KVC_CHECK((int64_t)p->n_ctx + p->n_cont + 1 <= n_tokens, KVC_ERR_RANGE,
+              "eval kl: the text has %d tokens; --ctx %d + --cont %d needs %d", n_tokens, p->n_ctx,
+              p->n_cont, p->n_ctx + p->n_cont + 1);
+    kvc_model_info info;
+    kvc_model_info_get(m, &info);
+    const size_t nv = (size_t)info.n_vocab;
+    rep->n_ctx = p->n_ctx;
+    rep->n_cont = p->n_cont;
+    rep->n_vocab = info.n_vocab;
+    rep->n_threads = p->n_threads > 0 ? p->n_threads : kvc_default_threads();
+    rep->dense_max_abs_dlogit = -1;
+    rep->methods = calloc((size_t)(n_specs > 0 ? n_specs : 1), sizeof *rep->methods);
+    float *ref = malloc(sizeof(float) * nv * (size_t)p->n_cont);
+    float *logits = malloc(sizeof(float) * nv);
+    float *ref_lp = malloc(sizeof(float) * nv);
+    float *scratch = malloc(sizeof(float) * nv);
+    kvc_kl_pos *pos = malloc(sizeof(kvc_kl_pos) * (size_t)p->n_cont);
+    double *dscratch = malloc(sizeof(double) * (size_t)p->n_cont);
+    kvc_status st = KVC_OK;
+    if (!rep->methods || !ref || !logits || !ref_lp || !scratch || !pos || !dscratch)
+        st = kvc_fail(KVC_ERR_NOMEM, "eval kl: no memory for %d x %zu reference logits",
+                      p->n_cont, nv);
+
+    kvc_progress prog;
+    int64_t per_run = (int64_t)p->n_ctx + p->n_cont;
+    kvc_progress_begin(&prog, "eval kl", per_run * (n_specs + 1 + (p->dense_check ? 1 : 0)));
+    kl_job job = {m, tokens, p, info.n_vocab, &prog, 0};
+
+    if (st == KVC_OK) { /* the reference, once */
+        ref_store rs = {ref, nv};
+        st = run_one(&job, "full:f32", logits, store_ref, &rs, &rep->ref_stats, &rep->ref_seconds);
+        if (st == KVC_OK) {
+            double nll = 0;
+            for (int i = 0; i < p->n_cont; i++) {
+                kvc_log_softmax(ref + (size_t)i * nv, (int)nv, ref_lp);
+                nll -= ref_lp[tokens[p->n_ctx + 1 + i]];
+            }
+            rep->ref_ppl = exp(nll / p->n_cont);
+        }
+    }
+    if (st == KVC_OK && p->dense_check)
+        st = dense_check(&job, ref, &rep->dense_max_abs_dlogit, &rep->dense_max_abs_logit);
+
+    for (int k = 0; st == KVC_OK && k < n_specs; k++) {
+        kvc_eval_kl_method *r = &rep->methods[k];
+        r->spec = specs[k];
+        cmp_state cs = {ref, tokens + p->n_ctx + 1, nv, ref_lp, scratch, pos, 0};
+        kvc_clear_error();
+        r->status = run_one(&job, specs[k], logits, compare, &cs, &r->stats, &r->seconds);
+        if (r->status != KVC_OK) {
+            snprintf(r->error, sizeof r->error, "%s", kvc_last_error());
+            job.done = per_run * (k + 2 + (p->dense_check ? 1 : 0)); /* skip its share */
+            continue;
+        }
+        r->max_abs_dlogit = cs.max_abs;
+        kvc_kl_summarize(pos, p->n_cont, dscratch, &r->q);
+    }
+    rep->n_methods = n_specs;
+    kvc_progress_end(&prog);
+    free(ref);
+    free(logits);
+    free(ref_lp);
+    free(scratch);
+    free(pos);
+    free(dscratch);
+    if (st != KVC_OK) {
+        kvc_eval_kl_report_free(rep);
+        return st;
+    }
+    return KVC_OK;
+}

@@ -1,0 +1,60 @@
+/* `kvcomp eval kl`: quality of cache methods against the dense f32 cache
+ * (DESIGN.md §6), the way llama.cpp's perplexity tool judges quantization.
+ *
+ * For each method (and once for the reference full:f32): a fresh context,
+ * prefill of n_ctx tokens of the text in chunks of n_batch (each chunk attends
+ * to the cached — so compressed — past and densely to itself; the chunk's K/V
+ * are then handed to the cache), then n_cont tokens teacher-forced through
+ * decode. The scored positions are the n_cont predictions made by those decode
+ * steps, so every scored logit comes from attention over the cache. The text
+ * must hold n_ctx + n_cont + 1 tokens.
+ *
+ * Optionally (dense_check) the reference decode logits are compared with the
+ * engine's dense path: the same n_ctx prefill, then the n_cont tokens run as
+ * prompt chunks (prefill_all, attention within the chunk dense), giving the max
+ * |Δlogit| between the cache's decode attention and dense attention. */
+#ifndef KVC_EVAL_KL_H
+#define KVC_EVAL_KL_H
+
+#include <stdint.h>
+
+#include "eval/metrics.h"
+#include "kvcomp.h"
+
+typedef struct kvc_eval_kl_params {
+    int n_ctx;     /* context tokens prefilled */
+    int n_cont;    /* scored continuation tokens */
+    int n_threads; /* <= 0: one per CPU */
+    int n_batch;   /* prefill chunk; 0: 512 */
+    int dense_check;
+} kvc_eval_kl_params;
+
+typedef struct kvc_eval_kl_method {
+    const char *spec;      /* borrowed from the caller */
+    kvc_status status;     /* a method that failed is reported, the others still run */
+    char error[256];
+    kvc_kl_summary q;      /* quality against the reference */
+    double max_abs_dlogit; /* max |logit - reference logit| over all scored positions */
+    kvc_cache_stats stats; /* after the last decode step */
+    double seconds;        /* prefill + decode wall time */
+} kvc_eval_kl_method;
+
+typedef struct kvc_eval_kl_report {
+    int n_ctx, n_cont, n_vocab, n_threads;
+    double ref_ppl;                /* perplexity of full:f32 over the continuation */
+    double ref_seconds;
+    kvc_cache_stats ref_stats;
+    double dense_max_abs_dlogit;   /* dense_check: max |Δ| decode vs dense; -1 if not run */
+    double dense_max_abs_logit;    /* dense_check: largest |logit| seen, for scale */
+    int n_methods;
+    kvc_eval_kl_method *methods;   /* malloc'd; free with kvc_eval_kl_report_free */
+} kvc_eval_kl_report;
+
+/* Runs the reference and every spec. Fails only on errors that stop the whole
+ * evaluation (too few tokens, the reference failing, no memory). */
+kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
+                           const kvc_eval_kl_params *p, char *const *specs, int n_specs,
+                           kvc_eval_kl_report *rep);
+void kvc_eval_kl_report_free(kvc_eval_kl_report *rep);
+
+#endif

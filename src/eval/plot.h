@@ -1,0 +1,24 @@
+/* Charts of quality against cache size (DESIGN.md §6: every quality number
+ * next to the bytes it was bought with): a labelled scatter plot drawn by
+ * gnuplot (a pipe to the `gnuplot` command, PNG via pngcairo). */
+#ifndef KVC_EVAL_PLOT_H
+#define KVC_EVAL_PLOT_H
+
+#include "kvcomp.h"
+
+typedef struct kvc_plot_point {
+    const char *label; /* shown beside the point */
+    double x, y;       /* non-finite points are left out */
+} kvc_plot_point;
+
+typedef struct kvc_plot {
+    const char *title;
+    const char *xlabel, *ylabel;
+    int log_y;         /* logarithmic y axis (points with y <= 0 are left out) */
+} kvc_plot;
+
+/* Writes a PNG to path. KVC_ERR_IO if gnuplot cannot be run or fails (the
+ * message says so; the caller's table and JSON do not depend on it). */
+kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_point *pts, int n);
+
+#endif
