@@ -107,6 +107,9 @@ void kvc_detok_free(kvc_detok *d);
 /* Appends the printable text of `token` to buf (NUL-terminated, at most cap-1
  * bytes) and returns the number of bytes; 0 when bytes are held back. */
 int kvc_detok_push(kvc_detok *d, int32_t token, char *buf, int cap);
+/* At the end of a stream: writes what is still held back (an incomplete
+ * character becomes U+FFFD) and returns its byte count. */
+int kvc_detok_flush(kvc_detok *d, char *buf, int cap);
 
 /* Chat template of the model (ChatML for SmolLM2/Qwen2, Llama-3 headers, Llama-2
  * [INST]) chosen from tokenizer.chat_template. Returns a malloc'd string the

@@ -22,4 +22,25 @@ int kvc_tokenizer_n_vocab(const kvc_tokenizer *t);
 struct kvc_model;
 const kvc_tokenizer *kvc_model_tokenizer(const struct kvc_model *m);
 
+/* The same operations as the public kvc_tokenize / kvc_token_* / kvc_detok_* /
+ * kvc_chat_apply, on a tokenizer rather than a model (tests build tokenizers
+ * from in-memory GGUF files). Contracts are those of kvcomp.h. */
+kvc_status kvc_tokenizer_tokenize(const kvc_tokenizer *t, const char *text, size_t len, int add_bos,
+                                  int parse_special, int32_t *tokens, int cap, int *n_out);
+int kvc_tokenizer_piece(const kvc_tokenizer *t, int32_t token, int show_special, char *buf, int cap);
+int32_t kvc_tokenizer_bos(const kvc_tokenizer *t);
+int32_t kvc_tokenizer_eos(const kvc_tokenizer *t);
+int kvc_tokenizer_is_end(const kvc_tokenizer *t, int32_t token);
+kvc_status kvc_detok_create_tok(const kvc_tokenizer *t, kvc_detok **out);
+kvc_status kvc_tokenizer_chat_apply(const kvc_tokenizer *t, const kvc_chat_msg *msgs, int n_msgs,
+                                    int add_assistant_prompt, char **out);
+
+/* Chat formatting from a template text (NULL or unknown: ChatML). The
+ * detected family is one of "chatml", "llama3", "llama2", "llama2-sys",
+ * "llama2-sys-bos", "llama2-sys-strip", "mistral-v1", "mistral-v3",
+ * "mistral-v3-tekken", "mistral-v7". */
+const char *kvc_chat_template_kind(const char *tmpl);
+kvc_status kvc_chat_format(const char *tmpl, const kvc_chat_msg *msgs, int n_msgs,
+                           int add_assistant_prompt, char **out);
+
 #endif
