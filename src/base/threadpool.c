@@ -91,14 +91,16 @@ kvc_status kvc_pool_create(int n_threads, kvc_pool **out) {
     }
     for (int i = 1; i < n_threads; i++) {
         worker_arg *wa = malloc(sizeof *wa);
+        if (wa) { /* set before the thread starts: it reads them at once */
+            wa->pool = p;
+            wa->thread = i;
+        }
         if (!wa || pthread_create(&p->workers[i], NULL, worker_main, wa) != 0) {
             free(wa);
             p->n_threads = i; /* only the started ones are joined */
             kvc_pool_free(p);
             return kvc_fail(KVC_ERR_NOMEM, "thread pool: cannot start thread %d", i);
         }
-        wa->pool = p;
-        wa->thread = i;
     }
     *out = p;
     return KVC_OK;
