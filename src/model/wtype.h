@@ -33,6 +33,15 @@ typedef struct kvc_wtype {
     void (*dequant)(const void *x, float *y, int64_t n);
     /* dot of one weight row of n elements with the prepared activation */
     float (*dot)(const void *row, const void *act, int64_t n);
+    /* --- added by the weight-kernel module (additive) --- */
+    /* y = quantised x[0..n) (n a multiple of block): scalar, round-to-nearest
+     * in the style of ggml's *_ref quantisers; for tests and tools. */
+    void (*quantize)(const float *x, void *y, int64_t n);
+    /* optional (NULL: matvec loops over dot): y[r] = dot(row r, act) for r in
+     * [0, nrows), rows `stride` bytes apart. SIMD variants share activation
+     * loads across rows. */
+    void (*dot_rows)(const void *w, size_t stride, int64_t nrows, const void *act, int64_t n,
+                     float *y);
 } kvc_wtype;
 
 /* The traits table after kernel registration for the active ISA. NULL for an
@@ -51,5 +60,42 @@ void kvc_act_prepare(kvc_act_fmt fmt, const float *x, void *buf, int64_t n);
 struct kvc_pool;
 void kvc_matvec(struct kvc_pool *pool, uint32_t type, const void *w, int64_t rows, int64_t n,
                 const float *x, float *y);
+
+/* --- added by the weight-kernel module (additive) --- */
+
+/* Prepared activation layouts (internal to matvec; documented for kernels):
+ *   KVC_ACT_F32:  float x[n].
+ *   KVC_ACT_Q8_0: blocks of 32: int8 q[n] | float d[n/32] | float s[n/32],
+ *                 x[i] ~ d[i/32]*q[i], q in [-127, 127], s[b] = d[b]*sum(q of block b).
+ *   KVC_ACT_Q8_K: blocks of 256: int8 q[n] | float d[n/256] | int16 bsum[n/16],
+ *                 bsum[g] = sum of q over the 16 elements of group g.
+ * The buffer must be kvc_act_bytes(fmt, n) bytes; no alignment is required. */
+
+/* The scalar reference table (never overridden by SIMD variants): tests compare
+ * kvc_wtype_get(t)->dot against kvc_wtype_ref(t)->dot. NULL as kvc_wtype_get. */
+const kvc_wtype *kvc_wtype_ref(uint32_t type);
+
+/* Scalar reference activation preparation (kvc_act_prepare may be SIMD; both
+ * give bit-identical buffers). */
+void kvc_act_prepare_ref(kvc_act_fmt fmt, const float *x, void *buf, int64_t n);
+
+/* out[r*n .. r*n+n) = dequantised row row0+r of W, for r in [0, nrows): W is
+ * row-major with rows of n elements of `type` (n a multiple of the block).
+ * For prefill: dequantise a weight tile, then sgemm. Unknown type: no-op (the
+ * loader rejects unknown types before any kernel runs). */
+void kvc_dequant_rows(uint32_t type, const void *w, int64_t row0, int64_t nrows, int64_t n,
+                      float *out);
+
+/* Several matvecs over the same activation x[n] in one pool dispatch (e.g.
+ * q, k, v of one layer; gate and up): the activation is prepared once per
+ * activation format and rows of all ops are shared out together. */
+typedef struct kvc_matvec_op {
+    uint32_t type;  /* weight type of w */
+    const void *w;  /* rows x n, row-major */
+    int64_t rows;
+    float *y;       /* [rows] */
+} kvc_matvec_op;
+void kvc_matvec_multi(struct kvc_pool *pool, const kvc_matvec_op *ops, int n_ops, int64_t n,
+                      const float *x);
 
 #endif

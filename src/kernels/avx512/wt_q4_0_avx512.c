@@ -1,0 +1,112 @@
+/* AVX-512 (VNNI) kernels for Q4_0 weights: the scheme of wt_q4_0_avx512.c
+ * (four blocks per zmm, two vpdpbusd of the unsigned nibbles with the int8
+ * activation, one FMA per four blocks) with the -8 offset applied as
+ * -8*d_w*s_a, one FMA per 16 blocks. The f16 scales of 16 blocks (18 bytes
+ * apart) come from one gather. Reference: src/model/wt_q4_0.c. */
+#include <string.h>
+
+#include "kernels/avx512/wt_avx512_util.h"
+#include "model/wt_kernels.h"
+
+/* qs of blocks b[0..3] in the four 128-bit lanes */
+KVC_AINLINE __m512i load_qs4(const kvc_blk_q4_0 *b) {
+    __m512i z = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)b[0].qs));
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)b[1].qs), 1);
+    z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)b[2].qs), 2);
+    return _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)b[3].qs), 3);
+}
+
+static __m512i load_qs_partial(const kvc_blk_q4_0 *b, int v) {
+    kvc_blk_q4_0 tmp[4];
+    memset(tmp, 0, sizeof tmp);
+    memcpy(tmp, b, (size_t)v * sizeof *b);
+    return load_qs4(tmp);
+}
+
+KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int64_t n, float *y,
+                           const int R) {
+    const int8_t *qa = kvc_act_q(act);
+    const float *da = kvc_act_q8_0_d(act, n), *sa = kvc_act_q8_0_s(act, n);
+    const int64_t nb = n / KVC_QK;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i gidx = _mm512_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126, 144, 162, 180, 198, 216, 234, 252, 270);
+    const __m512i idx_lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
+    const __m512i idx_hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+    const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    __m512 acc[4], accm[4], S[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm512_setzero_ps();
+
+    for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+        const int gl = nb - g0 < 16 ? (int)(nb - g0) : 16;
+        const __mmask16 gm = kvc_mask16(gl);
+        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0), sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const kvc_blk_q4_0 *b = (const kvc_blk_q4_0 *)(w + (size_t)r * stride) + g0;
+            __m512i dw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gm, gidx, b, 1);
+            __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+            S[r] = _mm512_mul_ps(d, da16);
+            accm[r] = _mm512_fmadd_ps(d, sa16, accm[r]);
+        }
+        for (int c = 0; c < gl; c += 4) {
+            const int v = gl - c < 4 ? gl - c : 4;
+            const int8_t *a = qa + (g0 + c) * KVC_QK;
+            __m512i z0, z1;
+            if (v == 4) {
+                z0 = _mm512_loadu_si512(a);
+                z1 = _mm512_loadu_si512(a + 64);
+            } else {
+                z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
+                z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
+            }
+            const __m512i alo = _mm512_permutex2var_epi64(z0, idx_lo, z1);
+            const __m512i ahi = _mm512_permutex2var_epi64(z0, idx_hi, z1);
+            const __m512i sidx = _mm512_add_epi32(sidx0, _mm512_set1_epi32(c));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const kvc_blk_q4_0 *b = (const kvc_blk_q4_0 *)(w + (size_t)r * stride) + g0 + c;
+                __m512i wq = v == 4 ? load_qs4(b) : load_qs_partial(b, v);
+                __m512i lo = _mm512_and_si512(wq, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), m4);
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo);
+                p = _mm512_dpbusd_epi32(p, hi, ahi);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]), acc[r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(accm[r], _mm512_set1_ps(-8.0f), acc[r]));
+}
+
+static float dot_q4_0_q8_0_avx512(const void *row, const void *act, int64_t n) {
+    float y;
+    q4_0_rows(row, 0, act, n, &y, 1);
+    return y;
+}
+
+static void dot_rows_q4_0_q8_0_avx512(const void *w, size_t stride, int64_t nrows, const void *act,
+                                      int64_t n, float *y) {
+    const uint8_t *p = w;
+    int64_t r = 0;
+    for (; r + 4 <= nrows; r += 4) q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    for (; r < nrows; r++) q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
+}
+
+static void dequant_q4_0_avx512(const void *x, float *y, int64_t n) {
+    const kvc_blk_q4_0 *b = x;
+    const __m512i eight = _mm512_set1_epi32(8);
+    for (int64_t i = 0; i < n / KVC_QK; i++) {
+        __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
+        __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
+        __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+        __m512 d = _mm512_set1_ps(kvc_f16_load_avx512(&b[i].d));
+        _mm512_storeu_ps(y + i * KVC_QK, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight)), d));
+        _mm512_storeu_ps(y + i * KVC_QK + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight)), d));
+    }
+}
+
+void kvc_wt_register_q4_0_avx512(kvc_wtype *table) {
+    table[KVC_WT_Q4_0].dot = dot_q4_0_q8_0_avx512;
+    table[KVC_WT_Q4_0].dot_rows = dot_rows_q4_0_q8_0_avx512;
+    table[KVC_WT_Q4_0].dequant = dequant_q4_0_avx512;
+}

@@ -1,0 +1,100 @@
+/* AVX-512 (VNNI) kernels for Q8_0 weights (the default model's tied
+ * embedding and output matrix): dot of rows with a Q8_0-prepared activation.
+ * vpdpbusd wants unsigned x signed bytes, so weights are biased to w+128
+ * (xor 0x80) and the bias is removed through the activation block sums:
+ * sum((w+128)*a) - 128*sum(a). Two blocks per zmm (one per 256-bit half),
+ * one convert-and-FMA per two blocks with the per-block scale d_w*d_a; the
+ * f16 scales of 16 blocks (34 bytes apart) come from one gather. dot_rows
+ * runs four rows together. Reference: src/model/wt_q8_0.c. */
+#include "kernels/avx512/wt_avx512_util.h"
+#include "model/wt_kernels.h"
+
+KVC_AINLINE __m512i load_qs2(const kvc_blk_q8_0 *b) {
+    __m512i z = _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)b[0].qs));
+    return _mm512_inserti64x4(z, _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
+}
+
+KVC_AINLINE void q8_0_rows(const uint8_t *w, size_t stride, const void *act, int64_t n, float *y,
+                           const int R) {
+    const int8_t *qa = kvc_act_q(act);
+    const float *da = kvc_act_q8_0_d(act, n), *sa = kvc_act_q8_0_s(act, n);
+    const int64_t nb = n / KVC_QK;
+    const __m512i bias = _mm512_set1_epi8((char)0x80);
+    const __m512i gidx =
+        _mm512_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238, 272, 306, 340, 374, 408, 442, 476, 510);
+    const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc[4], accb[4], S[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) acc[r] = accb[r] = _mm512_setzero_ps();
+
+    for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+        const int gl = nb - g0 < 16 ? (int)(nb - g0) : 16;
+        const __mmask16 gm = kvc_mask16(gl);
+        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0), sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const kvc_blk_q8_0 *b = (const kvc_blk_q8_0 *)(w + (size_t)r * stride) + g0;
+            __m512i dw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gm, gidx, b, 1);
+            __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+            S[r] = _mm512_mul_ps(d, da16);
+            accb[r] = _mm512_fmadd_ps(d, sa16, accb[r]);
+        }
+        int c = 0;
+        for (; c + 2 <= gl; c += 2) {
+            const __m512i a = _mm512_loadu_si512(qa + (g0 + c) * KVC_QK);
+            const __m512i sidx = _mm512_add_epi32(sidx0, _mm512_set1_epi32(c));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const kvc_blk_q8_0 *b = (const kvc_blk_q8_0 *)(w + (size_t)r * stride) + g0 + c;
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(load_qs2(b), bias), a);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]), acc[r]);
+            }
+        }
+        if (c < gl) { /* one block left: the upper half stays zero (no bias) */
+            const __m512i a = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(qa + (g0 + c) * KVC_QK)));
+            const __m512i sidx = _mm512_set1_epi32(c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const kvc_blk_q8_0 *b = (const kvc_blk_q8_0 *)(w + (size_t)r * stride) + g0 + c;
+                __m512i wq = _mm512_zextsi256_si512(
+                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), _mm256_set1_epi8((char)0x80)));
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, a);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]), acc[r]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(accb[r], _mm512_set1_ps(-128.0f), acc[r]));
+}
+
+static float dot_q8_0_q8_0_avx512(const void *row, const void *act, int64_t n) {
+    float y;
+    q8_0_rows(row, 0, act, n, &y, 1);
+    return y;
+}
+
+static void dot_rows_q8_0_q8_0_avx512(const void *w, size_t stride, int64_t nrows, const void *act,
+                                      int64_t n, float *y) {
+    const uint8_t *p = w;
+    int64_t r = 0;
+    for (; r + 4 <= nrows; r += 4) q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    for (; r < nrows; r++) q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
+}
+
+static void dequant_q8_0_avx512(const void *x, float *y, int64_t n) {
+    const kvc_blk_q8_0 *b = x;
+    for (int64_t i = 0; i < n / KVC_QK; i++) {
+        __m512 d = _mm512_set1_ps(kvc_f16_load_avx512(&b[i].d));
+        __m512i lo = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b[i].qs));
+        __m512i hi = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b[i].qs + 16)));
+        _mm512_storeu_ps(y + i * KVC_QK, _mm512_mul_ps(_mm512_cvtepi32_ps(lo), d));
+        _mm512_storeu_ps(y + i * KVC_QK + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(hi), d));
+    }
+}
+
+void kvc_wt_register_q8_0_avx512(kvc_wtype *table) {
+    table[KVC_WT_Q8_0].dot = dot_q8_0_q8_0_avx512;
+    table[KVC_WT_Q8_0].dot_rows = dot_rows_q8_0_q8_0_avx512;
+    table[KVC_WT_Q8_0].dequant = dequant_q8_0_avx512;
+}
