@@ -6,6 +6,8 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "kv/codec/bitmap.h"
+#include "kv/codec/bitmap_quant.h"
 #include "kv/codec/dense.h"
 #include "kv/softmax.h"
 
@@ -13,6 +15,9 @@ static const kvc_codec_ops *const codecs[] = {
     &kvc_codec_f32,
     &kvc_codec_f16,
     &kvc_codec_bf16,
+    &kvc_codec_bitmap_f16,
+    &kvc_codec_bitmap_quant_k,
+    &kvc_codec_bitmap_quant_v,
     NULL,
 };
 

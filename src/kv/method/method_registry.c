@@ -3,8 +3,10 @@
 #include "kv/method/method.h"
 
 extern const kvc_method kvc_method_full;
+extern const kvc_method kvc_method_mustafar;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
+    &kvc_method_mustafar,
     NULL,
 };
