@@ -255,5 +255,16 @@ const kvc_codec_ops *kvc_codec_dense(kvc_dense_type t) {
 /* Registers the SIMD kernels over the references for the active ISA. */
 void kvc_dense_init(kvc_isa isa) {
     kvc_dense_k = kvc_dense_ref;
-    (void)isa;
+    if (isa >= KVC_ISA_AVX2) {
+        kvc_dense_k = (kvc_dense_kernels){
+            .qk = {kvc_qk_dense_f32_avx2, kvc_qk_dense_f16_avx2, kvc_qk_dense_bf16_avx2},
+            .pv = {kvc_pv_dense_f32_avx2, kvc_pv_dense_f16_avx2, kvc_pv_dense_bf16_avx2},
+        };
+    }
+    if (isa >= KVC_ISA_AVX512) {
+        kvc_dense_k = (kvc_dense_kernels){
+            .qk = {kvc_qk_dense_f32_avx512, kvc_qk_dense_f16_avx512, kvc_qk_dense_bf16_avx512},
+            .pv = {kvc_pv_dense_f32_avx512, kvc_pv_dense_f16_avx512, kvc_pv_dense_bf16_avx512},
+        };
+    }
 }

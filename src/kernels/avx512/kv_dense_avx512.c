@@ -1,0 +1,130 @@
+/* AVX-512 kernels of the dense codecs f32 / f16 / bf16 (codec/dense.h; the
+ * scalar references are in src/kv/codec/dense.c). qk: blocks of 4 tokens × 4
+ * query heads in 16 accumulators over the head dimension, reduced by a
+ * shuffle tree so each 128-bit lane ends with 4 scores of one head; pv: 4
+ * chunks of 16 output channels × up to 4 heads in registers, one pass of the
+ * value rows per block. f16 is widened with VCVTPH2PS (F16C / AVX-512F), bf16
+ * by a 16-bit shift. Any d (masked tails), any G, any n. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/codec/dense.h"
+
+typedef enum { T_F32, T_F16, T_BF16 } elem_t;
+
+/* 16 elements (mask for a partial chunk) widened to f32. */
+static inline __m512 load16(elem_t t, const void *p, __mmask16 m) {
+    switch (t) {
+    case T_F16: return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+    case T_BF16:
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p)), 16));
+    default: return _mm512_maskz_loadu_ps(m, p);
+    }
+}
+
+static inline size_t esize(elem_t t) { return t == T_F32 ? 4 : 2; }
+
+static inline __mmask16 tail_mask(int left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
+
+/* Lanes g*4 + t of the result = total of acc[t][g] (see the layout note above). */
+static inline __m512 reduce16(__m512 a[16]) {
+    __m512 r[8], y[4];
+    for (int m = 0; m < 8; m++)
+        r[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44),
+                             _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+    for (int j = 0; j < 4; j++)
+        y[j] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    __m512 u = _mm512_add_ps(_mm512_unpacklo_ps(y[0], y[1]), _mm512_unpackhi_ps(y[0], y[1]));
+    __m512 w = _mm512_add_ps(_mm512_unpacklo_ps(y[2], y[3]), _mm512_unpackhi_ps(y[2], y[3]));
+    return _mm512_add_ps(_mm512_shuffle_ps(u, w, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(u, w, _MM_SHUFFLE(3, 2, 3, 2)));
+}
+
+static inline void qk_dense(elem_t t, const void *x, int n, int d, const float *q, int G, int ldq,
+                            float *s, int lds) {
+    const char *xb = x;
+    size_t row = (size_t)d * esize(t);
+    for (int g0 = 0; g0 < G; g0 += 4) {
+        int ng = G - g0 < 4 ? G - g0 : 4;
+        int i = 0;
+        for (; i + 4 <= n; i += 4) {
+            __m512 acc[16];
+            for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+            for (int j = 0; j < d; j += 16) {
+                __mmask16 m = tail_mask(d - j);
+                __m512 kv[4], qv[4];
+                for (int tt = 0; tt < 4; tt++) kv[tt] = load16(t, xb + (size_t)(i + tt) * row + (size_t)j * esize(t), m);
+                for (int g = 0; g < 4; g++)
+                    qv[g] = g < ng ? _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j) : _mm512_setzero_ps();
+                for (int tt = 0; tt < 4; tt++)
+                    for (int g = 0; g < 4; g++) acc[tt * 4 + g] = _mm512_fmadd_ps(kv[tt], qv[g], acc[tt * 4 + g]);
+            }
+            float r[16];
+            _mm512_storeu_ps(r, reduce16(acc));
+            for (int g = 0; g < ng; g++) memcpy(s + (size_t)(g0 + g) * lds + i, r + 4 * g, 16);
+        }
+        for (; i < n; i++) {
+            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int j = 0; j < d; j += 16) {
+                __mmask16 m = tail_mask(d - j);
+                __m512 kv = load16(t, xb + (size_t)i * row + (size_t)j * esize(t), m);
+                for (int g = 0; g < ng; g++)
+                    acc[g] = _mm512_fmadd_ps(kv, _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j), acc[g]);
+            }
+            for (int g = 0; g < ng; g++) s[(size_t)(g0 + g) * lds + i] = _mm512_reduce_add_ps(acc[g]);
+        }
+    }
+}
+
+static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *p, int G, int ldp,
+                            float *o, int ldo) {
+    const char *xb = x;
+    size_t row = (size_t)d * esize(t);
+    for (int j0 = 0; j0 < d; j0 += 64) {
+        int nc = (d - j0 + 15) / 16;
+        if (nc > 4) nc = 4;
+        __mmask16 mk[4];
+        for (int c = 0; c < 4; c++) mk[c] = c < nc ? tail_mask(d - j0 - 16 * c) : 0;
+        for (int g0 = 0; g0 < G; g0 += 4) {
+            int ng = G - g0 < 4 ? G - g0 : 4;
+            __m512 acc[4][4];
+            for (int g = 0; g < 4; g++)
+                for (int c = 0; c < 4; c++)
+                    acc[g][c] = g < ng && c < nc ? _mm512_maskz_loadu_ps(mk[c], o + (size_t)(g0 + g) * ldo + j0 + 16 * c)
+                                                 : _mm512_setzero_ps();
+            for (int i = 0; i < n; i++) {
+                const char *xr = xb + (size_t)i * row + (size_t)j0 * esize(t);
+                __m512 v[4];
+                for (int c = 0; c < 4; c++) v[c] = c < nc ? load16(t, xr + (size_t)16 * c * esize(t), mk[c]) : _mm512_setzero_ps();
+                for (int g = 0; g < ng; g++) {
+                    __m512 pb = _mm512_set1_ps(p[(size_t)(g0 + g) * ldp + i]);
+                    for (int c = 0; c < nc; c++) acc[g][c] = _mm512_fmadd_ps(pb, v[c], acc[g][c]);
+                }
+            }
+            for (int g = 0; g < ng; g++)
+                for (int c = 0; c < nc; c++)
+                    _mm512_mask_storeu_ps(o + (size_t)(g0 + g) * ldo + j0 + 16 * c, mk[c], acc[g][c]);
+        }
+    }
+}
+
+void kvc_qk_dense_f32_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+    qk_dense(T_F32, x, n, d, q, G, ldq, s, lds);
+}
+void kvc_qk_dense_f16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+    qk_dense(T_F16, x, n, d, q, G, ldq, s, lds);
+}
+void kvc_qk_dense_bf16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+    qk_dense(T_BF16, x, n, d, q, G, ldq, s, lds);
+}
+void kvc_pv_dense_f32_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+    pv_dense(T_F32, x, n, d, p, G, ldp, o, ldo);
+}
+void kvc_pv_dense_f16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+    pv_dense(T_F16, x, n, d, p, G, ldp, o, ldo);
+}
+void kvc_pv_dense_bf16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+    pv_dense(T_BF16, x, n, d, p, G, ldp, o, ldo);
+}
