@@ -104,7 +104,7 @@ static int drain(kvc_detok *d, char *buf, int cap, int final) {
         w += (size_t)c;
         i += (size_t)c;
     }
-    memmove(d->pend, d->pend + i, d->n - i);
+    if (i > 0 && i < d->n) memmove(d->pend, d->pend + i, d->n - i);
     d->n -= i;
     if (cap > 0) buf[w] = 0;
     return (int)w;
@@ -115,6 +115,7 @@ int kvc_detok_push(kvc_detok *d, int32_t token, char *buf, int cap) {
     const kvc_tokenizer *t = d->t;
     if (token >= 0 && token < t->n_vocab && !(t->attr[token] & (KVC_TATTR_UNKNOWN | KVC_TATTR_CONTROL))) {
         size_t n = t->piece_len[token];
+        if (n == 0) return drain(d, buf, cap, 0);
         if (d->n + n > d->cap) {
             size_t c = d->cap ? d->cap : 64;
             while (c < d->n + n) c *= 2;
