@@ -59,11 +59,14 @@ static inline void qk_dense(elem_t t, const void *x, int n, int d, const float *
         int i = 0;
         for (; i + 4 <= n; i += 4) {
             __m256 a[2][4];
+            #pragma GCC unroll 16
             for (int g = 0; g < 2; g++)
+                #pragma GCC unroll 16
                 for (int k = 0; k < 4; k++) a[g][k] = _mm256_setzero_ps();
             for (int j = 0; j < d; j += 8) {
                 int left = d - j;
                 __m256 qa = loadq(q0 + j, left), qb = loadq(q1 + j, left);
+                #pragma GCC unroll 16
                 for (int k = 0; k < 4; k++) {
                     __m256 kv = load8(t, xb + (size_t)(i + k) * row + (size_t)j * esize(t), left);
                     a[0][k] = _mm256_fmadd_ps(kv, qa, a[0][k]);
@@ -97,22 +100,29 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
         for (int g0 = 0; g0 < G; g0 += 2) {
             int ng = G - g0 < 2 ? G - g0 : 2;
             float tmp[2][32] = {{0}};
+            #pragma GCC unroll 16
             for (int g = 0; g < ng; g++) memcpy(tmp[g], o + (size_t)(g0 + g) * ldo + j0, (size_t)w * 4);
             __m256 acc[2][4];
+            #pragma GCC unroll 16
             for (int g = 0; g < 2; g++)
+                #pragma GCC unroll 16
                 for (int c = 0; c < 4; c++) acc[g][c] = _mm256_loadu_ps(tmp[g] + 8 * c);
             const float *p0 = p + (size_t)g0 * ldp, *p1 = p + (size_t)(g0 + ng - 1) * ldp;
             for (int i = 0; i < n; i++) {
                 const char *xr = xb + (size_t)i * row + (size_t)j0 * esize(t);
                 __m256 b0 = _mm256_broadcast_ss(p0 + i), b1 = _mm256_broadcast_ss(p1 + i);
+                #pragma GCC unroll 16
                 for (int c = 0; c < nc; c++) {
                     __m256 v = load8(t, xr + (size_t)8 * c * esize(t), w - 8 * c);
                     acc[0][c] = _mm256_fmadd_ps(b0, v, acc[0][c]);
                     acc[1][c] = _mm256_fmadd_ps(b1, v, acc[1][c]);
                 }
             }
+            #pragma GCC unroll 16
             for (int g = 0; g < 2; g++)
+                #pragma GCC unroll 16
                 for (int c = 0; c < 4; c++) _mm256_storeu_ps(tmp[g] + 8 * c, acc[g][c]);
+            #pragma GCC unroll 16
             for (int g = 0; g < ng; g++) memcpy(o + (size_t)(g0 + g) * ldo + j0, tmp[g], (size_t)w * 4);
         }
     }

@@ -30,9 +30,11 @@ static inline __mmask16 tail_mask(int left) { return left >= 16 ? 0xffff : (__mm
 /* Lanes g*4 + t of the result = total of acc[t][g] (see the layout note above). */
 static inline __m512 reduce16(__m512 a[16]) {
     __m512 r[8], y[4];
+    #pragma GCC unroll 16
     for (int m = 0; m < 8; m++)
         r[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0x44),
                              _mm512_shuffle_f32x4(a[2 * m], a[2 * m + 1], 0xEE));
+    #pragma GCC unroll 16
     for (int j = 0; j < 4; j++)
         y[j] = _mm512_add_ps(_mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(2, 0, 2, 0)),
                              _mm512_shuffle_f32x4(r[2 * j], r[2 * j + 1], _MM_SHUFFLE(3, 1, 3, 1)));
@@ -51,18 +53,24 @@ static inline void qk_dense(elem_t t, const void *x, int n, int d, const float *
         int i = 0;
         for (; i + 4 <= n; i += 4) {
             __m512 acc[16];
+            #pragma GCC unroll 16
             for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
             for (int j = 0; j < d; j += 16) {
                 __mmask16 m = tail_mask(d - j);
                 __m512 kv[4], qv[4];
+                #pragma GCC unroll 16
                 for (int tt = 0; tt < 4; tt++) kv[tt] = load16(t, xb + (size_t)(i + tt) * row + (size_t)j * esize(t), m);
+                #pragma GCC unroll 16
                 for (int g = 0; g < 4; g++)
                     qv[g] = g < ng ? _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j) : _mm512_setzero_ps();
+                #pragma GCC unroll 16
                 for (int tt = 0; tt < 4; tt++)
+                    #pragma GCC unroll 16
                     for (int g = 0; g < 4; g++) acc[tt * 4 + g] = _mm512_fmadd_ps(kv[tt], qv[g], acc[tt * 4 + g]);
             }
             float r[16];
             _mm512_storeu_ps(r, reduce16(acc));
+            #pragma GCC unroll 16
             for (int g = 0; g < ng; g++) memcpy(s + (size_t)(g0 + g) * lds + i, r + 4 * g, 16);
         }
         for (; i < n; i++) {
@@ -70,9 +78,11 @@ static inline void qk_dense(elem_t t, const void *x, int n, int d, const float *
             for (int j = 0; j < d; j += 16) {
                 __mmask16 m = tail_mask(d - j);
                 __m512 kv = load16(t, xb + (size_t)i * row + (size_t)j * esize(t), m);
+                #pragma GCC unroll 16
                 for (int g = 0; g < ng; g++)
                     acc[g] = _mm512_fmadd_ps(kv, _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j), acc[g]);
             }
+            #pragma GCC unroll 16
             for (int g = 0; g < ng; g++) s[(size_t)(g0 + g) * lds + i] = _mm512_reduce_add_ps(acc[g]);
         }
     }
@@ -86,24 +96,32 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
         int nc = (d - j0 + 15) / 16;
         if (nc > 4) nc = 4;
         __mmask16 mk[4];
+        #pragma GCC unroll 16
         for (int c = 0; c < 4; c++) mk[c] = c < nc ? tail_mask(d - j0 - 16 * c) : 0;
         for (int g0 = 0; g0 < G; g0 += 4) {
             int ng = G - g0 < 4 ? G - g0 : 4;
             __m512 acc[4][4];
+            #pragma GCC unroll 16
             for (int g = 0; g < 4; g++)
+                #pragma GCC unroll 16
                 for (int c = 0; c < 4; c++)
                     acc[g][c] = g < ng && c < nc ? _mm512_maskz_loadu_ps(mk[c], o + (size_t)(g0 + g) * ldo + j0 + 16 * c)
                                                  : _mm512_setzero_ps();
             for (int i = 0; i < n; i++) {
                 const char *xr = xb + (size_t)i * row + (size_t)j0 * esize(t);
                 __m512 v[4];
+                #pragma GCC unroll 16
                 for (int c = 0; c < 4; c++) v[c] = c < nc ? load16(t, xr + (size_t)16 * c * esize(t), mk[c]) : _mm512_setzero_ps();
+                #pragma GCC unroll 16
                 for (int g = 0; g < ng; g++) {
                     __m512 pb = _mm512_set1_ps(p[(size_t)(g0 + g) * ldp + i]);
+                    #pragma GCC unroll 16
                     for (int c = 0; c < nc; c++) acc[g][c] = _mm512_fmadd_ps(pb, v[c], acc[g][c]);
                 }
             }
+            #pragma GCC unroll 16
             for (int g = 0; g < ng; g++)
+                #pragma GCC unroll 16
                 for (int c = 0; c < nc; c++)
                     _mm512_mask_storeu_ps(o + (size_t)(g0 + g) * ldo + j0 + 16 * c, mk[c], acc[g][c]);
         }
