@@ -42,21 +42,24 @@ void kvc_bitmap_unpack(const uint64_t *bits, const kvc_f16 *vals, int d, float *
 void kvc_qk_bitmap_f16_scalar(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
                               float *s, int lds) {
     int d = k->d, nt = kvc_bitmap_tiles(d);
-    assert(g <= KVC_BITMAP_MAX_G);
-    for (int i = 0; i < n; i++) {
-        const uint64_t *bits = k->bits + (size_t)i * nt;
-        const kvc_f16 *vals = k->vals + (size_t)i * k->keep;
-        float acc[KVC_BITMAP_MAX_G] = {0};
-        for (int t = 0; t < nt; t++) {
-            uint64_t m = bits[t];
-            while (m) {
-                int c = t * 64 + __builtin_ctzll(m);
-                float x = kvc_f16_to_f32(*vals++);
-                for (int h = 0; h < g; h++) acc[h] += q[(size_t)h * ldq + c] * x;
-                m &= m - 1;
+    for (int h0 = 0; h0 < g; h0 += KVC_BITMAP_MAX_G) { /* heads in blocks of MAX_G */
+        int gb = g - h0 < KVC_BITMAP_MAX_G ? g - h0 : KVC_BITMAP_MAX_G;
+        const float *qb = q + (size_t)h0 * ldq;
+        for (int i = 0; i < n; i++) {
+            const uint64_t *bits = k->bits + (size_t)i * nt;
+            const kvc_f16 *vals = k->vals + (size_t)i * k->keep;
+            float acc[KVC_BITMAP_MAX_G] = {0};
+            for (int t = 0; t < nt; t++) {
+                uint64_t m = bits[t];
+                while (m) {
+                    int c = t * 64 + __builtin_ctzll(m);
+                    float x = kvc_f16_to_f32(*vals++);
+                    for (int h = 0; h < gb; h++) acc[h] += qb[(size_t)h * ldq + c] * x;
+                    m &= m - 1;
+                }
             }
+            for (int h = 0; h < gb; h++) s[(size_t)(h0 + h) * lds + i] = acc[h];
         }
-        for (int h = 0; h < g; h++) s[(size_t)h * lds + i] = acc[h];
     }
 }
 

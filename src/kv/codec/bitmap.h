@@ -27,7 +27,7 @@
 #define KVC_BITMAP_PAD 64
 /* Largest head size (channels per vector) the codec takes. */
 #define KVC_BITMAP_MAX_D 1024
-/* Most query heads per KV head the kernels take in one call. */
+/* Query heads the scalar q·k accumulates at once (more go in blocks). */
 #define KVC_BITMAP_MAX_G 16
 
 static inline int kvc_bitmap_tiles(int d) { return (d + KVC_BITMAP_TILE - 1) / KVC_BITMAP_TILE; }
@@ -54,8 +54,7 @@ typedef void (*kvc_bitmap_qk_fn)(const kvc_bitmap_view *k, int n, const float *q
 typedef void (*kvc_bitmap_pv_fn)(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
                                  float *o, int ldo);
 
-/* Scalar references (g <= KVC_BITMAP_MAX_G) and the SIMD variants (any g),
- * the latter in src/kernels/<isa>/kv_bitmap_<isa>.c. */
+/* Scalar references and the SIMD variants (any g; src/kernels/<isa>/kv_bitmap_<isa>.c). */
 void kvc_qk_bitmap_f16_scalar(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
                               float *s, int lds);
 void kvc_pv_bitmap_f16_scalar(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,

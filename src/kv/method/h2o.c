@@ -8,8 +8,11 @@
  * decode the driver reports the probabilities (on_attn); in prefill the method
  * recomputes the chunk's attention rows itself (the queries arrive in
  * on_append) with the codecs' qk over the live tokens, causal inside the chunk.
- * After every prefill chunk and before every decode append the lowest-scoring
- * non-recent tokens beyond the budget are evicted (kvc_chunk_kill); when the
+ * The lowest-scoring non-recent tokens beyond the budget are evicted
+ * (kvc_chunk_kill) before every decode attention, before every append and
+ * after every prefill chunk's scoring. Tokens in the hot window cannot be
+ * evicted, so a prefill chunk's own tokens become candidates when they have
+ * left it, i.e. at the next chunk or the first decode step; when the
  * dead tokens reach `compact` of the sealed ones, the stream's sealed chunks
  * are rebuilt from their live tokens (decode, re-encode with the same codecs,
  * positions kept), which frees the evicted tokens' memory.
@@ -270,25 +273,36 @@ static kvc_status compact(const h2o_state *st, kvc_stream *s) {
     return KVC_OK;
 }
 
-/* Keeps ceil(budget * seen) tokens: every hot token and every token among the
- * ceil(recent * seen) newest, then the highest accumulated scores. */
+/* ceil(frac * seen) with frac read as the decimal the user wrote (the float
+ * parameter 0.3f is 0.30000001, which would round 1200 * 0.3 up to 361). */
+static int64_t frac_count(float frac, int64_t seen) {
+    double f = round((double)frac * 1e6) / 1e6;
+    return (int64_t)ceil(f * (double)seen - 1e-9);
+}
+
+/* Keeps ceil(budget * seen) tokens: the newest ceil(recent * seen), and the
+ * heavy hitters — the highest accumulated scores among the older live tokens,
+ * for the rest of the budget. Older tokens still in the hot window compete for
+ * the heavy slots like the others but cannot be evicted until they are sealed
+ * (the next call evicts them if they still lose). */
 static kvc_status evict(const h2o_state *st, h2o_stream *hs, kvc_stream *s) {
     int64_t seen = s->n_pos;
-    int64_t keep = (int64_t)ceil((double)st->cfg.budget * (double)seen - 1e-9);
-    int64_t recent_from = seen - (int64_t)ceil((double)st->cfg.recent * (double)seen - 1e-9);
+    int64_t keep = frac_count(st->cfg.budget, seen);
+    int64_t n_recent = frac_count(st->cfg.recent, seen);
+    int64_t recent_from = seen - n_recent;
+    int64_t hot_from = seen - s->hot->n;
     int64_t live = kvc_stream_live_tokens(s);
     if (live <= keep) return KVC_OK;
+    int64_t slots = keep - n_recent;
     int64_t n_cand = 0;
     for (int ci = 0; ci < s->n_chunks; ci++) {
         const kvc_chunk *c = s->chunks[ci];
         for (int i = 0; i < c->n; i++)
             if (!kvc_chunk_is_dead(c, i) && kvc_chunk_pos(c, i) < recent_from) n_cand++;
     }
-    int64_t protected_n = live - n_cand;
-    int64_t slots = keep - protected_n;
-    if (slots < 0) slots = 0;
-    if (n_cand <= slots) return KVC_OK;
-    cand *cs = malloc((size_t)n_cand * sizeof *cs);
+    int64_t n_hot_cand = recent_from > hot_from ? recent_from - hot_from : 0;
+    if (n_cand + n_hot_cand <= slots) return KVC_OK;
+    cand *cs = malloc((size_t)(n_cand + n_hot_cand) * sizeof *cs);
     if (!cs) return kvc_fail(KVC_ERR_NOMEM, "h2o eviction candidates (%lld)", (long long)n_cand);
     int64_t w = 0;
     for (int ci = 0; ci < s->n_chunks; ci++) {
@@ -300,11 +314,13 @@ static kvc_status evict(const h2o_state *st, h2o_stream *hs, kvc_stream *s) {
             cs[w++] = (cand){u ? u->acc[i] : 0.0f, p, ci, i};
         }
     }
-    qsort(cs, (size_t)n_cand, sizeof *cs, cand_cmp);
+    for (int64_t e = 0; e < n_hot_cand; e++) /* hot: ci = -1 */
+        cs[w++] = (cand){e < hs->hot_n ? hs->hot_acc[e] : 0.0f, hot_from + e, -1, (int)e};
+    qsort(cs, (size_t)w, sizeof *cs, cand_cmp);
     kvc_status r = KVC_OK;
-    for (int64_t j = slots; j < n_cand && r == KVC_OK; j++) r = kvc_chunk_kill(s->chunks[cs[j].ci], cs[j].i);
+    for (int64_t j = slots > 0 ? slots : 0; j < w && r == KVC_OK; j++)
+        if (cs[j].ci >= 0) r = kvc_chunk_kill(s->chunks[cs[j].ci], cs[j].i);
     free(cs);
-    (void)hs;
     if (r == KVC_OK) s->version++;
     return r == KVC_OK ? compact(st, s) : r;
 }
@@ -376,8 +392,18 @@ static kvc_status h2o_on_append(void *state, kvc_stream *s, void *sstate, int n,
     const h2o_state *st = state;
     h2o_stream *hs = sstate;
     KVC_TRY(sync(hs, s));
-    if (!q) return KVC_OK; /* decode: scores arrive in on_attn, eviction at the next step */
+    if (!q) return KVC_OK; /* decode: scores arrive in on_attn, eviction at on_query */
+    KVC_TRY(evict(st, hs, s)); /* the previous chunk's tokens, sealed since */
     KVC_TRY(score_prefill(st, hs, s, n, q));
+    return evict(st, hs, s);
+}
+
+/* Before a decode attention: tokens sealed by the last append become
+ * candidates, and the budget is enforced for this query. */
+static kvc_status h2o_on_query(void *state, kvc_stream *s, void *sstate, const float *q) {
+    const h2o_state *st = state;
+    h2o_stream *hs = sstate;
+    KVC_TRY(sync(hs, s));
     return evict(st, hs, s);
 }
 
@@ -451,6 +477,7 @@ const kvc_method kvc_method_h2o = {
         .hot_leave = h2o_hot_leave,
         .build_chunk = h2o_build_chunk,
         .chunk_free = h2o_chunk_free,
+        .on_query = h2o_on_query,
         .on_attn = h2o_on_attn,
         .buffer_bytes = h2o_buffer_bytes,
     },
