@@ -73,7 +73,7 @@ const kvc_method kvc_method_kivi = {
     .name = "kivi",
     .summary = "2/4-bit asymmetric quantization: K per channel, V per token, recent window dense",
     .paper = "KIVI (baseline in kvmix.md, packkv.md, mustafar.md)",
-    .flags = KVC_METHOD_BASE,
+    .flags = KVC_METHOD_BASE | KVC_METHOD_MODIFIER, /* "mustafar:...+kivi:bits=2" quantizes mustafar's kept values */
     .params = kivi_params,
     .n_params = (int)(sizeof kivi_params / sizeof kivi_params[0]),
     .positional = -1,
