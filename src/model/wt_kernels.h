@@ -10,6 +10,7 @@
 #include <assert.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "base/f16.h"
 #include "model/wtype.h"
@@ -60,6 +61,20 @@ static inline void kvc_q4k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
         *sc = (s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4);
         *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
     }
+}
+
+/* q4_k / q5_k: all 8 scales (out[0..7]) and 8 mins (out[8..15]) at once with
+ * 32-bit word operations (the SIMD kernels' unpacking; equals kvc_q4k_scale_min). */
+static inline void kvc_q4k_unpack(const uint8_t *s, uint8_t out[16]) {
+    uint32_t u[4];
+    memcpy(u, s, 12);
+    const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
+    u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4); /* mins 4..7 */
+    uint32_t mins_lo = u[1] & m6;                           /* mins 0..3 */
+    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);         /* scales 4..7 */
+    u[2] = mins_lo;
+    u[0] &= m6; /* scales 0..3 */
+    memcpy(out, u, 16);
 }
 
 /* --- scalar references, one set per type --- */

@@ -15,8 +15,9 @@ static float dot_q4_k_q8_k_avx2(const void *row, const void *act, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     float accm = 0;
     for (int64_t i = 0; i < n / KVC_QKK; i++) {
-        int sc[8], m[8];
-        for (int j = 0; j < 8; j++) kvc_q4k_scale_min(j, b[i].scales, &sc[j], &m[j]);
+        uint8_t scm[16];
+        kvc_q4k_unpack(b[i].scales, scm);
+        const uint8_t *sc = scm, *m = scm + 8;
         __m256i sumi = _mm256_setzero_si256();
         const int8_t *a = qa + i * KVC_QKK;
         for (int c = 0; c < 4; c++) {

@@ -3,8 +3,6 @@
  * activation, one FMA per four blocks) with the -8 offset applied as
  * -8*d_w*s_a, one FMA per 16 blocks. The f16 scales of 16 blocks (18 bytes
  * apart) come from one gather. Reference: src/model/wt_q4_0.c. */
-#include <string.h>
-
 #include "kernels/avx512/wt_avx512_util.h"
 #include "model/wt_kernels.h"
 
@@ -16,11 +14,34 @@ KVC_AINLINE __m512i load_qs4(const kvc_blk_q4_0 *b) {
     return _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)b[3].qs), 3);
 }
 
-static __m512i load_qs_partial(const kvc_blk_q4_0 *b, int v) {
-    kvc_blk_q4_0 tmp[4];
-    memset(tmp, 0, sizeof tmp);
-    memcpy(tmp, b, (size_t)v * sizeof *b);
-    return load_qs4(tmp);
+/* the first v (1..3) blocks; the other lanes zero */
+KVC_AINLINE __m512i load_qs_partial(const kvc_blk_q4_0 *b, int v) {
+    __m512i z = _mm512_zextsi128_si512(_mm_loadu_si128((const __m128i *)b[0].qs));
+    if (v > 1) z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)b[1].qs), 1);
+    if (v > 2) z = _mm512_inserti32x4(z, _mm_loadu_si128((const __m128i *)b[2].qs), 2);
+    return z;
+}
+
+/* The f16 scales of blocks b[0..gl) (word 9i of the group) in word i of the
+ * result: five masked loads and three permutes (cheaper than a gather). */
+KVC_AINLINE __m256i load_d16(const kvc_blk_q4_0 *b, int gl) {
+    const int16_t *p = (const int16_t *)b;
+    const int nw = 9 * gl; /* words of the group that exist */
+    __m512i z[5];
+#pragma GCC unroll 5
+    for (int k = 0; k < 5; k++) {
+        int c = nw - 32 * k;
+        z[k] = _mm512_maskz_loadu_epi16(kvc_mask32(c <= 0 ? 0 : c >= 32 ? 32 : c), p + 32 * k);
+    }
+    /* word index 9i modulo the table size (64 words for two registers, 32 for one) */
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 135 - 128, 126 - 64,
+                                         117 - 64, 108 - 64, 99 - 64, 90 - 64, 81 - 64, 72 - 64, 63, 54, 45, 36,
+                                         27, 18, 9, 0);
+    __m512i r01 = _mm512_permutex2var_epi16(z[0], idx, z[1]); /* words 0..7 */
+    __m512i r23 = _mm512_permutex2var_epi16(z[2], idx, z[3]); /* words 8..14 */
+    __m512i r4 = _mm512_permutexvar_epi16(idx, z[4]);         /* word 15 */
+    __m512i r = _mm512_mask_blend_epi16(0x7f00, r01, r23);
+    return _mm512_castsi512_si256(_mm512_mask_blend_epi16(0x8000, r, r4));
 }
 
 KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int64_t n, float *y,
@@ -29,7 +50,6 @@ KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int
     const float *da = kvc_act_q8_0_d(act, n), *sa = kvc_act_q8_0_s(act, n);
     const int64_t nb = n / KVC_QK;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i gidx = _mm512_setr_epi32(0, 18, 36, 54, 72, 90, 108, 126, 144, 162, 180, 198, 216, 234, 252, 270);
     const __m512i idx_lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
     const __m512i idx_hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
@@ -44,8 +64,7 @@ KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const kvc_blk_q4_0 *b = (const kvc_blk_q4_0 *)(w + (size_t)r * stride) + g0;
-            __m512i dw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gm, gidx, b, 1);
-            __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+            __m512 d = _mm512_cvtph_ps(load_d16(b, gl));
             S[r] = _mm512_mul_ps(d, da16);
             accm[r] = _mm512_fmadd_ps(d, sa16, accm[r]);
         }

@@ -8,16 +8,11 @@
 #include "kernels/avx512/wt_avx512_util.h"
 #include "model/wt_kernels.h"
 
-/* scm[0..7] = 6-bit scales, scm[8..15] = 6-bit mins */
+/* words 0..7 = 6-bit scales, words 8..15 = 6-bit mins */
 KVC_AINLINE __m256i unpack_scales_mins(const uint8_t *s) {
-    uint16_t scm[16];
-    for (int j = 0; j < 8; j++) {
-        int sc, m;
-        kvc_q4k_scale_min(j, s, &sc, &m);
-        scm[j] = (uint16_t)sc;
-        scm[8 + j] = (uint16_t)m;
-    }
-    return _mm256_loadu_si256((const __m256i *)scm);
+    uint8_t scm[16];
+    kvc_q4k_unpack(s, scm);
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scm));
 }
 
 static float dot_q4_k_q8_k_avx512(const void *row, const void *act, int64_t n) {

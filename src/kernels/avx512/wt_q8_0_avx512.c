@@ -14,14 +14,36 @@ KVC_AINLINE __m512i load_qs2(const kvc_blk_q8_0 *b) {
     return _mm512_inserti64x4(z, _mm256_loadu_si256((const __m256i *)b[1].qs), 1);
 }
 
+/* The f16 scales of blocks b[0..gl) (word 17i of the group) in word i of the
+ * result: eight masked loads and four permutes (cheaper than a gather). */
+KVC_AINLINE __m256i load_d16(const kvc_blk_q8_0 *b, int gl) {
+    const int16_t *p = (const int16_t *)b;
+    const int nw = 17 * gl; /* words of the group that exist */
+    __m512i z[8];
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        int c = nw - 32 * k;
+        z[k] = _mm512_maskz_loadu_epi16(kvc_mask32(c <= 0 ? 0 : c >= 32 ? 32 : c), p + 32 * k);
+    }
+    /* word index 17i modulo 64 (each permute reads a pair of registers) */
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255 - 192, 238 - 192,
+                                         221 - 192, 204 - 192, 187 - 128, 170 - 128, 153 - 128, 136 - 128,
+                                         119 - 64, 102 - 64, 85 - 64, 68 - 64, 51, 34, 17, 0);
+    __m512i r0 = _mm512_permutex2var_epi16(z[0], idx, z[1]); /* words 0..3 */
+    __m512i r1 = _mm512_permutex2var_epi16(z[2], idx, z[3]); /* words 4..7 */
+    __m512i r2 = _mm512_permutex2var_epi16(z[4], idx, z[5]); /* words 8..11 */
+    __m512i r3 = _mm512_permutex2var_epi16(z[6], idx, z[7]); /* words 12..15 */
+    __m512i r = _mm512_mask_blend_epi16(0x00f0, r0, r1);
+    r = _mm512_mask_blend_epi16(0x0f00, r, r2);
+    return _mm512_castsi512_si256(_mm512_mask_blend_epi16(0xf000, r, r3));
+}
+
 KVC_AINLINE void q8_0_rows(const uint8_t *w, size_t stride, const void *act, int64_t n, float *y,
                            const int R) {
     const int8_t *qa = kvc_act_q(act);
     const float *da = kvc_act_q8_0_d(act, n), *sa = kvc_act_q8_0_s(act, n);
     const int64_t nb = n / KVC_QK;
     const __m512i bias = _mm512_set1_epi8((char)0x80);
-    const __m512i gidx =
-        _mm512_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238, 272, 306, 340, 374, 408, 442, 476, 510);
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc[4], accb[4], S[4];
 #pragma GCC unroll 4
@@ -34,8 +56,7 @@ KVC_AINLINE void q8_0_rows(const uint8_t *w, size_t stride, const void *act, int
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const kvc_blk_q8_0 *b = (const kvc_blk_q8_0 *)(w + (size_t)r * stride) + g0;
-            __m512i dw = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gm, gidx, b, 1);
-            __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dw));
+            __m512 d = _mm512_cvtph_ps(load_d16(b, gl));
             S[r] = _mm512_mul_ps(d, da16);
             accb[r] = _mm512_fmadd_ps(d, sa16, accb[r]);
         }

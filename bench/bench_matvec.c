@@ -1,0 +1,158 @@
+/* Weight matvec benchmark (not a test): GB/s of kvc_matvec for each weight
+ * type on the default model's shapes, and a whole-model sweep that replays
+ * one decode token's matvecs of SmolLM2-135M (30 layers: q/k/v and gate/up
+ * fused with kvc_matvec_multi, o, down; then the 49152 x 576 output matrix)
+ * over weights laid out like the real file (98 MB, larger than the L3), so
+ * the figure is memory-bound the way decode is. The ISA comes from KVC_ISA.
+ *
+ *   bench_matvec [-t threads] [-r reps] [-w q4_1|q8_0|...]  (layer type; default q4_1)
+ *
+ * Prints one line per measurement: isa, case, type, shape, threads, MB, us, GB/s.
+ * GB/s counts weight bytes only (the activation is a few KB). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/threadpool.h"
+#include "model/wtype.h"
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static uint64_t rs = 88172645463325252ull;
+static float rnd(void) {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (float)((rs >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static void *make_matrix(uint32_t type, int64_t rows, int64_t n) {
+    size_t rb = kvc_wtype_row_bytes(type, n);
+    uint8_t *w = aligned_alloc(64, (rb * rows + 63) / 64 * 64);
+    float *src = malloc(n * sizeof(float));
+    if (!w || !src) exit(1);
+    for (int64_t r = 0; r < rows; r++) {
+        for (int64_t i = 0; i < n; i++) src[i] = rnd();
+        kvc_wtype_ref(type)->quantize(src, w + r * rb, n);
+    }
+    free(src);
+    return w;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void bench_one(kvc_pool *pool, int threads, uint32_t type, int64_t rows, int64_t n, int reps) {
+    void *w = make_matrix(type, rows, n);
+    float *x = malloc(n * sizeof(float)), *y = malloc(rows * sizeof(float));
+    for (int64_t i = 0; i < n; i++) x[i] = rnd();
+    double *t = malloc(reps * sizeof(double));
+    for (int i = 0; i < 10; i++) kvc_matvec(pool, type, w, rows, n, x, y);
+    for (int i = 0; i < reps; i++) {
+        double t0 = now();
+        kvc_matvec(pool, type, w, rows, n, x, y);
+        t[i] = now() - t0;
+    }
+    qsort(t, reps, sizeof(double), cmp_d);
+    double bytes = (double)kvc_wtype_row_bytes(type, n) * rows, med = t[reps / 2];
+    printf("%-7s single  %-5s %6lldx%-5lld t=%d %8.3f MB %9.1f us %7.1f GB/s\n", kvc_isa_name(kvc_active_isa()),
+           kvc_wtype_ref(type)->name, (long long)rows, (long long)n, threads, bytes / 1e6, med * 1e6,
+           bytes / med / 1e9);
+    free(w), free(x), free(y), free(t);
+}
+
+/* One decode token's matvecs of SmolLM2-135M. */
+enum { LAYERS = 30, DIM = 576, KV = 192, FFN = 1536, VOCAB = 49152 };
+typedef struct layer {
+    void *q, *k, *v, *o, *gate, *up, *down;
+} layer;
+
+static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
+    layer L[LAYERS];
+    for (int l = 0; l < LAYERS; l++) {
+        L[l].q = make_matrix(type, DIM, DIM);
+        L[l].k = make_matrix(type, KV, DIM);
+        L[l].v = make_matrix(type, KV, DIM);
+        L[l].o = make_matrix(type, DIM, DIM);
+        L[l].gate = make_matrix(type, FFN, DIM);
+        L[l].up = make_matrix(type, FFN, DIM);
+        L[l].down = make_matrix(type, DIM, FFN);
+    }
+    void *out = make_matrix(KVC_WT_Q8_0, VOCAB, DIM);
+    double layer_bytes = (double)LAYERS * (kvc_wtype_row_bytes(type, DIM) * (2 * DIM + 2 * KV + 2 * FFN) +
+                                           kvc_wtype_row_bytes(type, FFN) * DIM);
+    double out_bytes = (double)kvc_wtype_row_bytes(KVC_WT_Q8_0, DIM) * VOCAB;
+    float *x = malloc(FFN * sizeof(float)), *y = malloc(VOCAB * sizeof(float));
+    float *yq = malloc(DIM * 4), *yk = malloc(KV * 4), *yv = malloc(KV * 4), *yg = malloc(FFN * 4), *yu = malloc(FFN * 4);
+    for (int i = 0; i < FFN; i++) x[i] = rnd();
+    double *tl = malloc(reps * sizeof(double)), *to = malloc(reps * sizeof(double));
+    for (int rep = -2; rep < reps; rep++) {
+        double t0 = now();
+        for (int l = 0; l < LAYERS; l++) {
+            kvc_matvec_op qkv[3] = {{type, L[l].q, DIM, yq}, {type, L[l].k, KV, yk}, {type, L[l].v, KV, yv}};
+            kvc_matvec_multi(pool, qkv, 3, DIM, x);
+            kvc_matvec(pool, type, L[l].o, DIM, DIM, x, y);
+            kvc_matvec_op gu[2] = {{type, L[l].gate, FFN, yg}, {type, L[l].up, FFN, yu}};
+            kvc_matvec_multi(pool, gu, 2, DIM, x);
+            kvc_matvec(pool, type, L[l].down, DIM, FFN, x, y);
+        }
+        double t1 = now();
+        kvc_matvec(pool, KVC_WT_Q8_0, out, VOCAB, DIM, x, y);
+        double t2 = now();
+        if (rep >= 0) tl[rep] = t1 - t0, to[rep] = t2 - t1;
+    }
+    qsort(tl, reps, sizeof(double), cmp_d);
+    qsort(to, reps, sizeof(double), cmp_d);
+    double ml = tl[reps / 2], mo = to[reps / 2];
+    const char *isa = kvc_isa_name(kvc_active_isa());
+    printf("%-7s model   %-5s layers (210 matvecs)  t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa,
+           kvc_wtype_ref(type)->name, threads, layer_bytes / 1e6, ml * 1e6, layer_bytes / ml / 1e9);
+    printf("%-7s model   q8_0  output 49152x576     t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa, threads,
+           out_bytes / 1e6, mo * 1e6, out_bytes / mo / 1e9);
+    printf("%-7s model   all   one token            t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa, threads,
+           (layer_bytes + out_bytes) / 1e6, (ml + mo) * 1e6, (layer_bytes + out_bytes) / (ml + mo) / 1e9);
+    for (int l = 0; l < LAYERS; l++) {
+        free(L[l].q), free(L[l].k), free(L[l].v), free(L[l].o), free(L[l].gate), free(L[l].up), free(L[l].down);
+    }
+    free(out), free(x), free(y), free(yq), free(yk), free(yv), free(yg), free(yu), free(tl), free(to);
+}
+
+int main(int argc, char **argv) {
+    int threads = 0, reps = 50;
+    uint32_t layer_type = KVC_WT_Q4_1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-w") && i + 1 < argc) {
+            const char *name = argv[++i];
+            int found = 0;
+            for (uint32_t t = 0; t < KVC_WT_COUNT; t++) {
+                const kvc_wtype *wt = kvc_wtype_ref(t);
+                if (wt && wt->supported && !strcmp(wt->name, name)) layer_type = t, found = 1;
+            }
+            if (!found) return fprintf(stderr, "unknown weight type %s\n", name), 2;
+        } else {
+            fprintf(stderr, "usage: %s [-t threads] [-r reps] [-w layer_type]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (reps < 1) reps = 1;
+    kvc_pool *pool;
+    if (kvc_pool_create(threads, &pool) != KVC_OK) return 1;
+    threads = kvc_pool_threads(pool);
+    const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q4_0, KVC_WT_Q4_K, KVC_WT_Q5_K, KVC_WT_Q6_K,
+                              KVC_WT_F16, KVC_WT_BF16, KVC_WT_F32};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        int64_t n1 = kvc_wtype_row_bytes(types[i], 576) ? 576 : 768; /* k-quants need multiples of 256 */
+        bench_one(pool, threads, types[i], FFN, n1, reps * 4);
+        bench_one(pool, threads, types[i], DIM, n1 == 576 ? FFN : 1536, reps * 4);
+    }
+    bench_model(pool, threads, layer_type, reps);
+    kvc_pool_free(pool);
+    return 0;
+}
