@@ -34,6 +34,8 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
+static kvc_model *g_model; /* set while a fixture runs through the public API */
+
 static char *read_file(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -108,6 +110,21 @@ static void print_ids(const char *what, const int32_t *v, int n) {
 
 /* ---- reference fixtures --------------------------------------------------------- */
 
+/* The fixture runs either on a tokenizer (internal API) or, for the default
+ * model, through the public API on a loaded kvc_model. */
+
+static kvc_status tk_tokenize(const kvc_tokenizer *t, const char *s, size_t n, int bos, int sp, int32_t *v,
+                              int cap, int *n_out) {
+    if (g_model) return kvc_tokenize(g_model, s, n, bos, sp, v, cap, n_out);
+    return kvc_tokenizer_tokenize(t, s, n, bos, sp, v, cap, n_out);
+}
+static int tk_piece(const kvc_tokenizer *t, int32_t id, int sp, char *b, int cap) {
+    return g_model ? kvc_token_piece(g_model, id, sp, b, cap) : kvc_tokenizer_piece(t, id, sp, b, cap);
+}
+static kvc_status tk_chat(const kvc_tokenizer *t, const kvc_chat_msg *m, int n, int add, char **out) {
+    return g_model ? kvc_chat_apply(g_model, m, n, add, out) : kvc_tokenizer_chat_apply(t, m, n, add, out);
+}
+
 typedef struct counts {
     int cases, id_fail, text_fail, pieces, piece_fail, chats, chat_fail, detok_checked, detok_fail;
 } counts;
@@ -138,7 +155,7 @@ static void append(char **out, size_t *len, size_t *cap, const char *b, int k) {
 
 static char *detok_all(const kvc_tokenizer *t, const int32_t *ids, int n, size_t *out_n) {
     kvc_detok *d;
-    assert_int_equal(kvc_detok_create_tok(t, &d), KVC_OK);
+    assert_int_equal(g_model ? kvc_detok_create(g_model, &d) : kvc_detok_create_tok(t, &d), KVC_OK);
     size_t cap = 1024, len = 0;
     char *out = malloc(cap), buf[48];
     int k;
@@ -155,7 +172,8 @@ static char *detok_all(const kvc_tokenizer *t, const int32_t *ids, int n, size_t
     return out;
 }
 
-static void run_fixture(const char *name) {
+static void run_fixture(const char *name, int use_api) {
+    g_model = NULL;
     char path[1024];
     snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/%s.txt", KVC_SOURCE_DIR, name);
     size_t size;
@@ -174,6 +192,8 @@ static void run_fixture(const char *name) {
     kvc_chat_msg msgs[16];
     char *msg_buf[32];
     int n_msg_buf = 0;
+    char *chat_text = NULL;
+    size_t chat_len = 0;
 
     for (char *line = fx; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         const char *p = line;
@@ -195,13 +215,22 @@ static void run_fixture(const char *name) {
             } else {
                 snprintf(vpath, sizeof vpath, "%s/%.*s", KVC_SOURCE_DIR, (int)vl, v);
             }
-            t = load_tok(vpath, &g);
+            if (use_api) {
+                if (kvc_model_load(vpath, &g_model) != KVC_OK) fail_msg("%s: %s", vpath, kvc_last_error());
+                t = (kvc_tokenizer *)kvc_model_tokenizer(g_model);
+            } else {
+                t = load_tok(vpath, &g);
+            }
         } else if (KW("special")) {
             int nv, bos, eos;
             assert_int_equal(sscanf(p, "%d %d %d", &nv, &bos, &eos), 3);
             assert_int_equal(kvc_tokenizer_n_vocab(t), nv);
             assert_int_equal(kvc_tokenizer_bos(t), bos);
             assert_int_equal(kvc_tokenizer_eos(t), eos);
+            if (g_model) {
+                assert_int_equal(kvc_token_bos(g_model), bos);
+                assert_int_equal(kvc_token_eos(g_model), eos);
+            }
         } else if (KW("eog")) {
             int nv = kvc_tokenizer_n_vocab(t);
             char *eog = calloc((size_t)nv, 1);
@@ -212,7 +241,7 @@ static void run_fixture(const char *name) {
                 eog[atoi(f)] = 1;
             }
             for (int i = 0; i < nv; i++)
-                if (kvc_tokenizer_is_end(t, i) != eog[i]) fail_msg("%s: token %d: is_end %d, reference %d", name, i, kvc_tokenizer_is_end(t, i), eog[i]);
+                if ((g_model ? kvc_token_is_end(g_model, i) : kvc_tokenizer_is_end(t, i)) != eog[i]) fail_msg("%s: token %d: is_end %d, reference %d", name, i, kvc_tokenizer_is_end(t, i), eog[i]);
             free(eog);
         } else if (KW("case")) {
             size_t l;
@@ -232,12 +261,12 @@ static void run_fixture(const char *name) {
                 ref[n_ref++] = atoi(f);
             }
             int n = 0;
-            kvc_status st = kvc_tokenizer_tokenize(t, case_text, case_n, add_bos, special, NULL, 0, &n);
+            kvc_status st = tk_tokenize(t, case_text, case_n, add_bos, special, NULL, 0, &n);
             assert_int_equal(st, KVC_OK);
             free(ids);
             ids = malloc(((size_t)n + 1) * sizeof *ids);
             int n2 = 0;
-            assert_int_equal(kvc_tokenizer_tokenize(t, case_text, case_n, add_bos, special, ids, n, &n2), KVC_OK);
+            assert_int_equal(tk_tokenize(t, case_text, case_n, add_bos, special, ids, n, &n2), KVC_OK);
             assert_int_equal(n, n2);
             c.cases++;
             if (n != n_ref || memcmp(ids, ref, (size_t)n * sizeof *ids) != 0) {
@@ -257,7 +286,7 @@ static void run_fixture(const char *name) {
                 size_t cap = en + 64, len = 0;
                 char *got = malloc(cap), pb[512];
                 for (int i = 0; i < n_ref; i++) {
-                    int k = kvc_tokenizer_piece(t, ref[i], sp, pb, sizeof pb);
+                    int k = tk_piece(t, ref[i], sp, pb, sizeof pb);
                     assert_true(k >= 0);
                     if (len + (size_t)k > cap) got = realloc(got, cap = 2 * (len + (size_t)k));
                     memcpy(got + len, pb, (size_t)k);
@@ -288,7 +317,7 @@ static void run_fixture(const char *name) {
                 size_t en;
                 const char *h = field(&p, &l);
                 char *expect = unhex(h, l, &en, NULL, 0), pb[512];
-                int k = kvc_tokenizer_piece(t, id, sp, pb, sizeof pb);
+                int k = tk_piece(t, id, sp, pb, sizeof pb);
                 c.pieces++;
                 if (k != (int)en || memcmp(pb, expect, en) != 0) {
                     c.piece_fail++;
@@ -316,14 +345,34 @@ static void run_fixture(const char *name) {
             size_t l, en;
             const char *h = field(&p, &l);
             char *expect = unhex(h, l, &en, NULL, 0), *got = NULL;
-            assert_int_equal(kvc_tokenizer_chat_apply(t, msgs, chat_n, chat_add, &got), KVC_OK);
+            assert_int_equal(tk_chat(t, msgs, chat_n, chat_add, &got), KVC_OK);
             c.chats++;
             if (strlen(got) != en || memcmp(got, expect, en) != 0) {
                 c.chat_fail++;
                 fprintf(stderr, "  CHAT MISMATCH %s:\n--- got ---\n%s\n--- expected ---\n%s\n", name, got, expect);
             }
-            free(got);
+            free(chat_text);
+            chat_text = got;
+            chat_len = en;
             free(expect);
+        } else if (KW("chatids")) { /* the rendered chat, tokenized with BOS and specials */
+            n_ref = 0;
+            free(ref);
+            ref = malloc((chat_len + 8) * sizeof *ref);
+            for (;;) {
+                size_t l;
+                const char *f = field(&p, &l);
+                if (!l) break;
+                ref[n_ref++] = atoi(f);
+            }
+            int n = 0;
+            free(ids);
+            ids = malloc((chat_len + 8) * sizeof *ids);
+            assert_int_equal(tk_tokenize(t, chat_text, strlen(chat_text), 1, 1, ids, (int)chat_len + 8, &n), KVC_OK);
+            if (n != n_ref || memcmp(ids, ref, (size_t)n * sizeof *ids) != 0) {
+                c.chat_fail++;
+                fprintf(stderr, "  CHAT TOKENS MISMATCH %s\n", name);
+            }
         }
 #undef KW
     }
@@ -332,12 +381,18 @@ static void run_fixture(const char *name) {
             name, c.cases, c.id_fail, c.text_fail, c.pieces, c.piece_fail, c.detok_checked, c.detok_fail, c.chats,
             c.chat_fail);
     for (int i = 0; i < n_msg_buf; i++) free(msg_buf[i]);
+    free(chat_text);
     free(case_text);
     free(ids);
     free(ref);
     free(fx);
-    kvc_tokenizer_free(t);
-    kvc_gguf_close(g);
+    if (g_model) {
+        kvc_model_free(g_model); /* frees its tokenizer */
+        g_model = NULL;
+    } else {
+        kvc_tokenizer_free(t);
+        kvc_gguf_close(g);
+    }
     assert_true(c.cases > 0);
     assert_int_equal(c.id_fail, 0);
     assert_int_equal(c.text_fail, 0);
@@ -346,17 +401,23 @@ static void run_fixture(const char *name) {
     assert_int_equal(c.chat_fail, 0);
 }
 
-static void test_ref_smollm2(void **s) { (void)s; run_fixture("smollm2"); }
-static void test_ref_smollm_mini(void **s) { (void)s; run_fixture("smollm-mini"); }
-static void test_ref_gpt2_mini(void **s) { (void)s; run_fixture("gpt2-mini"); }
-static void test_ref_default_mini(void **s) { (void)s; run_fixture("default-mini"); }
-static void test_ref_llama3_mini(void **s) { (void)s; run_fixture("llama3-mini"); }
-static void test_ref_qwen2_mini(void **s) { (void)s; run_fixture("qwen2-mini"); }
-static void test_ref_spm_mini(void **s) { (void)s; run_fixture("spm-mini"); }
+static void test_ref_smollm2(void **s) { (void)s; run_fixture("smollm2", 0); }
+/* The same fixture through the public API of a loaded model (kvc_model_load). */
+static void test_ref_smollm2_public_api(void **s) {
+    (void)s;
+    run_fixture("smollm2", 1);
+}
+static void test_ref_smollm_mini(void **s) { (void)s; run_fixture("smollm-mini", 0); }
+static void test_ref_gpt2_mini(void **s) { (void)s; run_fixture("gpt2-mini", 0); }
+static void test_ref_default_mini(void **s) { (void)s; run_fixture("default-mini", 0); }
+static void test_ref_llama3_mini(void **s) { (void)s; run_fixture("llama3-mini", 0); }
+static void test_ref_qwen2_mini(void **s) { (void)s; run_fixture("qwen2-mini", 0); }
+static void test_ref_spm_mini(void **s) { (void)s; run_fixture("spm-mini", 0); }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ref_smollm2),     cmocka_unit_test(test_ref_smollm_mini),
+        cmocka_unit_test(test_ref_smollm2),     cmocka_unit_test(test_ref_smollm2_public_api),
+        cmocka_unit_test(test_ref_smollm_mini),
         cmocka_unit_test(test_ref_gpt2_mini),   cmocka_unit_test(test_ref_default_mini),
         cmocka_unit_test(test_ref_llama3_mini), cmocka_unit_test(test_ref_qwen2_mini),
         cmocka_unit_test(test_ref_spm_mini),
