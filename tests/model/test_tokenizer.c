@@ -175,7 +175,8 @@ static char *detok_all(const kvc_tokenizer *t, const int32_t *ids, int n, size_t
 static void run_fixture(const char *name, int use_api) {
     g_model = NULL;
     char path[1024];
-    snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/%s.txt", KVC_SOURCE_DIR, name);
+    if (name[0] == '/') snprintf(path, sizeof path, "%s", name);
+    else snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/%s.txt", KVC_SOURCE_DIR, name);
     size_t size;
     char *fx = read_file(path, &size);
     if (!fx) fail_msg("cannot read fixture %s", path);
@@ -212,6 +213,8 @@ static void run_fixture(const char *name, int use_api) {
                     free(fx);
                     skip();
                 }
+            } else if (v[0] == '/') {
+                snprintf(vpath, sizeof vpath, "%.*s", (int)vl, v);
             } else {
                 snprintf(vpath, sizeof vpath, "%s/%.*s", KVC_SOURCE_DIR, (int)vl, v);
             }
@@ -414,13 +417,27 @@ static void test_ref_llama3_mini(void **s) { (void)s; run_fixture("llama3-mini",
 static void test_ref_qwen2_mini(void **s) { (void)s; run_fixture("qwen2-mini", 0); }
 static void test_ref_spm_mini(void **s) { (void)s; run_fixture("spm-mini", 0); }
 
+/* Fixtures made with --full-dir (uncut vocabularies, not committed), when
+ * KVC_TOKENIZER_EXTRA_FIXTURES names their directory. */
+static void test_extra_fixtures(void **s) {
+    (void)s;
+    const char *dir = getenv("KVC_TOKENIZER_EXTRA_FIXTURES");
+    if (!dir || !*dir) skip();
+    static const char *const names[] = {"gpt-2", "llama-bpe", "qwen2", "llama-spm"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char p[1024];
+        snprintf(p, sizeof p, "%s/%s.txt", dir, names[i]);
+        if (file_exists(p)) run_fixture(p, 0);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_smollm2),     cmocka_unit_test(test_ref_smollm2_public_api),
         cmocka_unit_test(test_ref_smollm_mini),
         cmocka_unit_test(test_ref_gpt2_mini),   cmocka_unit_test(test_ref_default_mini),
         cmocka_unit_test(test_ref_llama3_mini), cmocka_unit_test(test_ref_qwen2_mini),
-        cmocka_unit_test(test_ref_spm_mini),
+        cmocka_unit_test(test_ref_spm_mini),    cmocka_unit_test(test_extra_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
