@@ -424,6 +424,61 @@ static void test_long_inputs(void **s) {
     free(word);
 }
 
+/* Random byte flips in a vocabulary file: whatever the GGUF reader accepts,
+ * the tokenizer either rejects with a message or loads and then tokenizes and
+ * detokenizes random text without crashing (run under the sanitizers). */
+static void test_mutated_vocab(void **s) {
+    (void)s;
+    static const char *const names[] = {"smollm-mini", "spm-mini"};
+    for (size_t v = 0; v < 2; v++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/vocab-%s.gguf", KVC_SOURCE_DIR, names[v]);
+        FILE *f = fopen(path, "rb");
+        assert_non_null(f);
+        fseek(f, 0, SEEK_END);
+        size_t n = (size_t)ftell(f);
+        fseek(f, 0, SEEK_SET);
+        uint8_t *orig = malloc(n), *buf = malloc(n);
+        assert_int_equal(fread(orig, 1, n, f), n);
+        fclose(f);
+        int loaded = 0, rejected = 0;
+        for (int it = 0; it < 150; it++) {
+            memcpy(buf, orig, n);
+            int flips = 1 + (int)(rnd() % 8);
+            for (int k = 0; k < flips; k++) buf[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8));
+            kvc_gguf *g = NULL;
+            if (kvc_gguf_parse(buf, n, &g) != KVC_OK) continue;
+            kvc_tokenizer *t = NULL;
+            if (kvc_tokenizer_load(g, &t) != KVC_OK) {
+                assert_true(strlen(kvc_last_error()) > 0);
+                rejected++;
+                kvc_gguf_close(g);
+                continue;
+            }
+            loaded++;
+            char text[2048];
+            for (size_t i = 0; i < sizeof text; i++) text[i] = (char)(rnd() % 4 ? 'a' + rnd() % 26 : rnd());
+            int32_t ids[4096];
+            int nt = 0;
+            assert_int_equal(kvc_tokenizer_tokenize(t, text, sizeof text, 1, 1, ids, 4096, &nt), KVC_OK);
+            kvc_detok *d;
+            assert_int_equal(kvc_detok_create_tok(t, &d), KVC_OK);
+            char out[256];
+            for (int i = 0; i < nt && i < 4096; i++) {
+                assert_true(ids[i] >= 0 && ids[i] < kvc_tokenizer_n_vocab(t));
+                kvc_detok_push(d, ids[i], out, sizeof out);
+            }
+            kvc_detok_flush(d, out, sizeof out);
+            kvc_detok_free(d);
+            kvc_tokenizer_free(t);
+            kvc_gguf_close(g);
+        }
+        fprintf(stderr, "  %s: %d mutants loaded, %d rejected by the tokenizer\n", names[v], loaded, rejected);
+        free(orig);
+        free(buf);
+    }
+}
+
 /* ---- bad metadata ------------------------------------------------------------------------ */
 
 static void expect_reject(gw *w, kvc_status want, const char *needle) {
@@ -624,6 +679,7 @@ int main(void) {
         cmocka_unit_test(test_pretokenizers_by_hand), cmocka_unit_test(test_unicode_table),
         cmocka_unit_test(test_long_inputs),      cmocka_unit_test(test_bad_metadata),
         cmocka_unit_test(test_chat_formats),     cmocka_unit_test(test_api_args),
+        cmocka_unit_test(test_mutated_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
