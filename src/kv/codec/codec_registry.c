@@ -8,6 +8,7 @@
 
 #include "kv/codec/bitmap.h"
 #include "kv/codec/bitmap_quant.h"
+#include "kv/codec/chanprune.h"
 #include "kv/codec/dense.h"
 #include "kv/softmax.h"
 
@@ -18,6 +19,7 @@ static const kvc_codec_ops *const codecs[] = {
     &kvc_codec_bitmap_f16,
     &kvc_codec_bitmap_quant_k,
     &kvc_codec_bitmap_quant_v,
+    &kvc_codec_chanprune_f16,
     NULL,
 };
 

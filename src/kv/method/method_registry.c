@@ -5,6 +5,7 @@
 extern const kvc_method kvc_method_full;
 extern const kvc_method kvc_method_mustafar;
 extern const kvc_method kvc_method_h2o;
+extern const kvc_method kvc_method_think;
 extern const kvc_method kvc_method_kivi;
 extern const kvc_method kvc_method_kvmix;
 
@@ -12,6 +13,7 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
     &kvc_method_mustafar,
     &kvc_method_h2o,
+    &kvc_method_think,
     &kvc_method_kivi,
     &kvc_method_kvmix,
     NULL,
