@@ -41,6 +41,7 @@ def main():
     out.write(" * tokenizer_impl.h. Ranges are (start << 8 | flag), sorted by start; a range\n")
     out.write(" * ends where the next begins. */\n")
     out.write('#include "model/tokenizer_impl.h"\n\n')
+    out.write("/* clang-format off */\n")
     out.write("const uint8_t kvc_ucat_latin1[256] = {\n")
     for i in range(0, 256, 16):
         out.write("    " + ", ".join("0x%02x" % flags[c] for c in range(i, i + 16)) + ",\n")
@@ -51,6 +52,7 @@ def main():
         out.write("    " + ", ".join("0x%08x" % (s << 8 | f) for s, f in chunk) + ",\n")
     out.write("};\n")
     out.write("const int kvc_ucat_n_ranges = %d;\n" % len(ranges))
+    out.write("/* clang-format on */\n")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,8 @@ static void put(str *s, const char *t, size_t n) {
     if (s->oom) return;
     if (s->n + n + 1 > s->cap) {
         size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->n + n + 1) cap *= 2;
+        while (cap < s->n + n + 1)
+            cap *= 2;
         char *p = realloc(s->p, cap);
         if (!p) {
             s->oom = 1;
@@ -42,15 +43,21 @@ static void put(str *s, const char *t, size_t n) {
     s->n += n;
     s->p[s->n] = 0;
 }
-static void puts_(str *s, const char *t) { put(s, t, strlen(t)); }
+static void puts_(str *s, const char *t) {
+    put(s, t, strlen(t));
+}
 static void put_trim(str *s, const char *t) { /* without leading/trailing ASCII white space */
     size_t a = 0, b = strlen(t);
-    while (a < b && isspace((unsigned char)t[a])) a++;
-    while (b > a && isspace((unsigned char)t[b - 1])) b--;
+    while (a < b && isspace((unsigned char)t[a]))
+        a++;
+    while (b > a && isspace((unsigned char)t[b - 1]))
+        b--;
     put(s, t + a, b - a);
 }
 
-static int has(const char *tmpl, const char *needle) { return tmpl && strstr(tmpl, needle) != NULL; }
+static int has(const char *tmpl, const char *needle) {
+    return tmpl && strstr(tmpl, needle) != NULL;
+}
 
 const char *kvc_chat_template_kind(const char *tmpl) {
     if (!tmpl || !*tmpl) return "chatml";
@@ -82,7 +89,8 @@ static char *default_system(const char *tmpl) {
         const char *e = strstr(p, "<|im_end|>");
         if (!e || e == p) continue;
         size_t n = (size_t)(e - p);
-        if (memchr(p, '{', n) || memchr(p, '}', n) || memchr(p, '+', n)) continue; /* not a literal */
+        if (memchr(p, '{', n) || memchr(p, '}', n) || memchr(p, '+', n))
+            continue; /* not a literal */
         char *out = malloc(n + 1), *w = out;
         if (!out) return NULL;
         for (size_t i = 0; i < n; i++) {
@@ -99,7 +107,9 @@ static char *default_system(const char *tmpl) {
     return NULL;
 }
 
-static int is_role(const kvc_chat_msg *m, const char *role) { return m->role && strcmp(m->role, role) == 0; }
+static int is_role(const kvc_chat_msg *m, const char *role) {
+    return m->role && strcmp(m->role, role) == 0;
+}
 
 static void fmt_chatml(str *s, const char *tmpl, const kvc_chat_msg *msgs, int n, int add_ass) {
     if (tmpl && n > 0 && !is_role(&msgs[0], "system")) {
@@ -203,8 +213,10 @@ static void fmt_mistral(str *s, const char *kind, const kvc_chat_msg *msgs, int 
             puts_(s, "[/INST]");
         } else {
             puts_(s, trail);
-            if (trim_ass) put_trim(s, msgs[i].content);
-            else puts_(s, msgs[i].content);
+            if (trim_ass)
+                put_trim(s, msgs[i].content);
+            else
+                puts_(s, msgs[i].content);
             puts_(s, "</s>");
             inside = 0;
         }
@@ -217,15 +229,19 @@ kvc_status kvc_chat_format(const char *tmpl, const kvc_chat_msg *msgs, int n_msg
     *out = NULL;
     KVC_CHECK(n_msgs >= 0 && (msgs || n_msgs == 0), KVC_ERR_ARG, "chat_apply: %d messages", n_msgs);
     for (int i = 0; i < n_msgs; i++)
-        KVC_CHECK(msgs[i].role && msgs[i].content, KVC_ERR_ARG, "chat_apply: message %d has a NULL %s", i,
-                  msgs[i].role ? "content" : "role");
+        KVC_CHECK(msgs[i].role && msgs[i].content, KVC_ERR_ARG,
+                  "chat_apply: message %d has a NULL %s", i, msgs[i].role ? "content" : "role");
     const char *kind = kvc_chat_template_kind(tmpl);
     str s = {0};
     puts_(&s, ""); /* an empty conversation gives "" rather than NULL */
-    if (strcmp(kind, "chatml") == 0) fmt_chatml(&s, tmpl, msgs, n_msgs, add_assistant_prompt);
-    else if (strcmp(kind, "llama3") == 0) fmt_llama3(&s, msgs, n_msgs, add_assistant_prompt);
-    else if (strncmp(kind, "llama2", 6) == 0) fmt_llama2(&s, kind, msgs, n_msgs);
-    else fmt_mistral(&s, kind, msgs, n_msgs);
+    if (strcmp(kind, "chatml") == 0)
+        fmt_chatml(&s, tmpl, msgs, n_msgs, add_assistant_prompt);
+    else if (strcmp(kind, "llama3") == 0)
+        fmt_llama3(&s, msgs, n_msgs, add_assistant_prompt);
+    else if (strncmp(kind, "llama2", 6) == 0)
+        fmt_llama2(&s, kind, msgs, n_msgs);
+    else
+        fmt_mistral(&s, kind, msgs, n_msgs);
     if (s.oom) {
         free(s.p);
         return kvc_fail(KVC_ERR_NOMEM, "chat_apply: prompt text");
@@ -244,5 +260,6 @@ kvc_status kvc_chat_apply(const kvc_model *m, const kvc_chat_msg *msgs, int n_ms
                           int add_assistant_prompt, char **out) {
     if (out) *out = NULL;
     KVC_CHECK(m, KVC_ERR_ARG, "chat_apply: model is NULL");
-    return kvc_tokenizer_chat_apply(kvc_model_tokenizer(m), msgs, n_msgs, add_assistant_prompt, out);
+    return kvc_tokenizer_chat_apply(kvc_model_tokenizer(m), msgs, n_msgs, add_assistant_prompt,
+                                    out);
 }

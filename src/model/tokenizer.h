@@ -27,7 +27,8 @@ const kvc_tokenizer *kvc_model_tokenizer(const struct kvc_model *m);
  * from in-memory GGUF files). Contracts are those of kvcomp.h. */
 kvc_status kvc_tokenizer_tokenize(const kvc_tokenizer *t, const char *text, size_t len, int add_bos,
                                   int parse_special, int32_t *tokens, int cap, int *n_out);
-int kvc_tokenizer_piece(const kvc_tokenizer *t, int32_t token, int show_special, char *buf, int cap);
+int kvc_tokenizer_piece(const kvc_tokenizer *t, int32_t token, int show_special, char *buf,
+                        int cap);
 int32_t kvc_tokenizer_bos(const kvc_tokenizer *t);
 int32_t kvc_tokenizer_eos(const kvc_tokenizer *t);
 int kvc_tokenizer_is_end(const kvc_tokenizer *t, int32_t token);

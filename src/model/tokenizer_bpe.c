@@ -97,7 +97,7 @@ typedef struct work {
     heap h;
     uint8_t *bytes; /* the word's raw bytes */
     size_t cap_bytes;
-    char *enc;      /* the word as byte-chars (for the whole-word lookup) */
+    char *enc; /* the word as byte-chars (for the whole-word lookup) */
     size_t cap_enc;
 } work;
 
@@ -111,7 +111,8 @@ static int add_bigram(const kvc_tokenizer *t, work *w, int32_t l, int32_t r) {
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
     if (need <= *cap) return 0;
     size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
+    while (c < need)
+        c *= 2;
     void *q = realloc(*p, c * elem);
     if (!q) return -1;
     *p = q;
@@ -132,11 +133,13 @@ static kvc_status encode_word(const kvc_tokenizer *t, work *w, const uint8_t *by
         if (grow((void **)&w->enc, &w->cap_enc, 2 * n, 1))
             return kvc_fail(KVC_ERR_NOMEM, "tokenizer: word of %zu bytes", n);
         size_t m = 0;
-        for (size_t i = 0; i < n; i++) m += (size_t)byte_char(t, bytes[i], w->enc + m);
+        for (size_t i = 0; i < n; i++)
+            m += (size_t)byte_char(t, bytes[i], w->enc + m);
         int32_t id = kvc_tok_lookup(t, w->enc, m);
         if (id >= 0 && id < t->n_vocab) return kvc_tokbuf_push(out, id);
     }
-    if (n > (size_t)INT32_MAX - 1) return kvc_fail(KVC_ERR_RANGE, "tokenizer: word of %zu bytes", n);
+    if (n > (size_t)INT32_MAX - 1)
+        return kvc_fail(KVC_ERR_RANGE, "tokenizer: word of %zu bytes", n);
     if (grow((void **)&w->syms, &w->cap_syms, n, sizeof(sym)))
         return kvc_fail(KVC_ERR_NOMEM, "tokenizer: word of %zu bytes", n);
     for (size_t i = 0; i < n; i++) {
@@ -202,7 +205,8 @@ kvc_status kvc_bpe_encode(const kvc_tokenizer *t, const char *text, size_t len, 
             break;
         }
         size_t nb = 0;
-        for (size_t k = 0; k < lens[wi]; k++) nb += (size_t)kvc_utf8_encode(cps[at + k], w.bytes + nb);
+        for (size_t k = 0; k < lens[wi]; k++)
+            nb += (size_t)kvc_utf8_encode(cps[at + k], w.bytes + nb);
         at += lens[wi];
         st = encode_word(t, &w, w.bytes, nb, out);
     }

@@ -12,7 +12,8 @@
 #include "base/status.h"
 #include "model/tokenizer_impl.h"
 
-int kvc_tokenizer_piece(const kvc_tokenizer *t, int32_t token, int show_special, char *buf, int cap) {
+int kvc_tokenizer_piece(const kvc_tokenizer *t, int32_t token, int show_special, char *buf,
+                        int cap) {
     if (!t || token < 0 || token >= t->n_vocab) return -1;
     if (!show_special && (t->attr[token] & (KVC_TATTR_UNKNOWN | KVC_TATTR_CONTROL))) return 0;
     if (!buf || cap <= 0) return 0;
@@ -64,7 +65,8 @@ static int utf8_char(const uint8_t *s, size_t n) {
     if (b < 0x80) return 1;
     int len;
     uint8_t lo = 0x80, hi = 0xBF; /* allowed range of the second byte */
-    if (b >= 0xC2 && b <= 0xDF) len = 2;
+    if (b >= 0xC2 && b <= 0xDF)
+        len = 2;
     else if (b >= 0xE0 && b <= 0xEF) {
         len = 3;
         if (b == 0xE0) lo = 0xA0;
@@ -113,12 +115,14 @@ static int drain(kvc_detok *d, char *buf, int cap, int final) {
 int kvc_detok_push(kvc_detok *d, int32_t token, char *buf, int cap) {
     if (!d || !buf || cap <= 0) return 0;
     const kvc_tokenizer *t = d->t;
-    if (token >= 0 && token < t->n_vocab && !(t->attr[token] & (KVC_TATTR_UNKNOWN | KVC_TATTR_CONTROL))) {
+    if (token >= 0 && token < t->n_vocab &&
+        !(t->attr[token] & (KVC_TATTR_UNKNOWN | KVC_TATTR_CONTROL))) {
         size_t n = t->piece_len[token];
         if (n == 0) return drain(d, buf, cap, 0);
         if (d->n + n > d->cap) {
             size_t c = d->cap ? d->cap : 64;
-            while (c < d->n + n) c *= 2;
+            while (c < d->n + n)
+                c *= 2;
             char *p = realloc(d->pend, c);
             if (!p) { /* drop the piece rather than fail mid-stream */
                 buf[0] = 0;

@@ -93,9 +93,11 @@ nomem:
     return kvc_fail(KVC_ERR_NOMEM, "tokenizer: special-token fragments of a %zu-byte text", len);
 }
 
-static kvc_status spm_fragment(const kvc_tokenizer *t, const char *s, size_t len, int prefix, kvc_tokbuf *out) {
+static kvc_status spm_fragment(const kvc_tokenizer *t, const char *s, size_t len, int prefix,
+                               kvc_tokbuf *out) {
     size_t spaces = 0; /* each space becomes 3 bytes, the prefix adds 3 */
-    for (size_t i = 0; i < len; i++) spaces += s[i] == ' ';
+    for (size_t i = 0; i < len; i++)
+        spaces += s[i] == ' ';
     if (len > SIZE_MAX / 4) return kvc_fail(KVC_ERR_RANGE, "tokenizer: text of %zu bytes", len);
     size_t n = len + 2 * spaces + (prefix ? 3 : 0);
     char *e = malloc(n ? n : 1), *w = e;
@@ -148,7 +150,8 @@ kvc_status kvc_tokenizer_tokenize(const kvc_tokenizer *t, const char *text, size
     KVC_CHECK(t, KVC_ERR_ARG, "tokenize: no tokenizer (model not loaded?)");
     KVC_CHECK(n_out, KVC_ERR_ARG, "tokenize: n_out is NULL");
     KVC_CHECK(text || len == 0, KVC_ERR_ARG, "tokenize: text is NULL but len is %zu", len);
-    KVC_CHECK(cap >= 0 && (tokens || cap == 0), KVC_ERR_ARG, "tokenize: bad output buffer (cap %d)", cap);
+    KVC_CHECK(cap >= 0 && (tokens || cap == 0), KVC_ERR_ARG, "tokenize: bad output buffer (cap %d)",
+              cap);
     kvc_tokbuf b = {0};
     kvc_status st = kvc_tokenizer_encode(t, text, len, add_bos, parse_special, &b);
     if (st == KVC_OK && b.n > (size_t)INT_MAX)
@@ -162,8 +165,12 @@ kvc_status kvc_tokenizer_tokenize(const kvc_tokenizer *t, const char *text, size
     return st;
 }
 
-int32_t kvc_tokenizer_bos(const kvc_tokenizer *t) { return t ? t->bos : -1; }
-int32_t kvc_tokenizer_eos(const kvc_tokenizer *t) { return t ? t->eos : -1; }
+int32_t kvc_tokenizer_bos(const kvc_tokenizer *t) {
+    return t ? t->bos : -1;
+}
+int32_t kvc_tokenizer_eos(const kvc_tokenizer *t) {
+    return t ? t->eos : -1;
+}
 int kvc_tokenizer_is_end(const kvc_tokenizer *t, int32_t tok) {
     return t && tok >= 0 && tok < t->n_vocab && t->eog[tok];
 }
@@ -174,12 +181,16 @@ kvc_status kvc_tokenize(const kvc_model *m, const char *text, size_t len, int ad
                         int parse_special, int32_t *tokens, int cap, int *n_out) {
     if (n_out) *n_out = 0;
     KVC_CHECK(m, KVC_ERR_ARG, "tokenize: model is NULL");
-    return kvc_tokenizer_tokenize(kvc_model_tokenizer(m), text, len, add_bos, parse_special, tokens, cap,
-                                  n_out);
+    return kvc_tokenizer_tokenize(kvc_model_tokenizer(m), text, len, add_bos, parse_special, tokens,
+                                  cap, n_out);
 }
 
-int32_t kvc_token_bos(const kvc_model *m) { return m ? kvc_tokenizer_bos(kvc_model_tokenizer(m)) : -1; }
-int32_t kvc_token_eos(const kvc_model *m) { return m ? kvc_tokenizer_eos(kvc_model_tokenizer(m)) : -1; }
+int32_t kvc_token_bos(const kvc_model *m) {
+    return m ? kvc_tokenizer_bos(kvc_model_tokenizer(m)) : -1;
+}
+int32_t kvc_token_eos(const kvc_model *m) {
+    return m ? kvc_tokenizer_eos(kvc_model_tokenizer(m)) : -1;
+}
 int kvc_token_is_end(const kvc_model *m, int32_t token) {
     return m ? kvc_tokenizer_is_end(kvc_model_tokenizer(m), token) : 0;
 }

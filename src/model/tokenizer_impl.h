@@ -80,37 +80,37 @@ enum {
 struct kvc_tokenizer {
     kvc_tok_kind kind;
     kvc_pretok pre;
-    int n_vocab;        /* tokens 0..n_vocab-1 */
-    int n_strings;      /* interned strings: the tokens, then merge parts that are not tokens */
-    char *arena;        /* all string bytes (each NUL-terminated) */
-    uint32_t *str_off;  /* [n_strings] */
-    uint32_t *str_len;  /* [n_strings] */
-    float *score;       /* [n_vocab] SentencePiece scores (0 when absent) */
-    uint16_t *attr;     /* [n_vocab] KVC_TATTR_* */
-    int max_token_len;  /* bytes */
+    int n_vocab;       /* tokens 0..n_vocab-1 */
+    int n_strings;     /* interned strings: the tokens, then merge parts that are not tokens */
+    char *arena;       /* all string bytes (each NUL-terminated) */
+    uint32_t *str_off; /* [n_strings] */
+    uint32_t *str_len; /* [n_strings] */
+    float *score;      /* [n_vocab] SentencePiece scores (0 when absent) */
+    uint16_t *attr;    /* [n_vocab] KVC_TATTR_* */
+    int max_token_len; /* bytes */
 
     /* string -> id (open addressing, slot holds id+1, 0 = empty) */
     uint32_t *smap;
     uint32_t smap_mask;
 
     /* BPE merges: (left id, right id) -> rank, merged id (open addressing) */
-    uint64_t *mkey;     /* (left << 32 | right) + 1; 0 = empty */
+    uint64_t *mkey; /* (left << 32 | right) + 1; 0 = empty */
     uint32_t *mrank;
     int32_t *mres;
     uint32_t mmask;
     int n_merges;
 
-    char bchar[256][2];      /* BPE: GPT-2's printable spelling of each byte (UTF-8) */
+    char bchar[256][2]; /* BPE: GPT-2's printable spelling of each byte (UTF-8) */
     uint8_t bchar_len[256];
-    int32_t byte_sid[256];   /* BPE: id of the byte-char string of each byte (-1: none) */
-    int32_t byte_single[256];/* BPE fallback: token whose text is that single raw byte */
-    int32_t byte_tok[256];   /* SPM: <0xXX> token (or the raw byte's token), -1 if none */
+    int32_t byte_sid[256];    /* BPE: id of the byte-char string of each byte (-1: none) */
+    int32_t byte_single[256]; /* BPE fallback: token whose text is that single raw byte */
+    int32_t byte_tok[256];    /* SPM: <0xXX> token (or the raw byte's token), -1 if none */
 
-    int32_t *specials;  /* tokens matched in the text before the algorithm runs, longest first */
+    int32_t *specials; /* tokens matched in the text before the algorithm runs, longest first */
     int n_specials;
 
     int32_t bos, eos, eot, eom, unk, pad;
-    uint8_t *eog;       /* [n_vocab] ends a turn or the text */
+    uint8_t *eog; /* [n_vocab] ends a turn or the text */
     int add_bos, add_eos, add_space_prefix, ignore_merges;
 
     /* token -> piece bytes (as shown with show_special = 1) */

@@ -40,7 +40,8 @@ int32_t kvc_tok_lookup(const kvc_tokenizer *t, const char *s, size_t len) {
         uint32_t slot = t->smap[i];
         if (slot == 0) return -1;
         uint32_t id = slot - 1;
-        if (t->str_len[id] == len && memcmp(t->arena + t->str_off[id], s, len) == 0) return (int32_t)id;
+        if (t->str_len[id] == len && memcmp(t->arena + t->str_off[id], s, len) == 0)
+            return (int32_t)id;
     }
 }
 
@@ -51,8 +52,8 @@ static void smap_put(kvc_tokenizer *t, uint32_t id) {
     size_t len = t->str_len[id];
     for (uint64_t i = fnv1a(s, len) & t->smap_mask;; i = (i + 1) & t->smap_mask) {
         uint32_t slot = t->smap[i];
-        if (slot == 0 || (t->str_len[slot - 1] == len &&
-                          memcmp(t->arena + t->str_off[slot - 1], s, len) == 0)) {
+        if (slot == 0 ||
+            (t->str_len[slot - 1] == len && memcmp(t->arena + t->str_off[slot - 1], s, len) == 0)) {
             t->smap[i] = id + 1;
             return;
         }
@@ -61,13 +62,15 @@ static void smap_put(kvc_tokenizer *t, uint32_t id) {
 
 static kvc_status smap_rebuild(kvc_tokenizer *t, size_t want) {
     size_t cap = 1024;
-    while (cap < 2 * want) cap *= 2;
+    while (cap < 2 * want)
+        cap *= 2;
     uint32_t *m = calloc(cap, sizeof *m);
     if (!m) return kvc_fail(KVC_ERR_NOMEM, "tokenizer: string map of %zu slots", cap);
     free(t->smap);
     t->smap = m;
     t->smap_mask = (uint32_t)(cap - 1);
-    for (int i = 0; i < t->n_strings; i++) smap_put(t, (uint32_t)i);
+    for (int i = 0; i < t->n_strings; i++)
+        smap_put(t, (uint32_t)i);
     return KVC_OK;
 }
 
@@ -75,10 +78,12 @@ static kvc_status smap_rebuild(kvc_tokenizer *t, size_t want) {
 static kvc_status add_string(builder *b, const char *s, size_t len, int32_t *id) {
     kvc_tokenizer *t = b->t;
     if (len > UINT32_MAX / 2 || b->arena_len + len + 1 > UINT32_MAX)
-        return kvc_fail(KVC_ERR_RANGE, "tokenizer: strings exceed 4 GiB (string of %zu bytes)", len);
+        return kvc_fail(KVC_ERR_RANGE, "tokenizer: strings exceed 4 GiB (string of %zu bytes)",
+                        len);
     if (b->arena_len + len + 1 > b->arena_cap) {
         size_t cap = b->arena_cap ? b->arena_cap : 4096;
-        while (cap < b->arena_len + len + 1) cap *= 2;
+        while (cap < b->arena_len + len + 1)
+            cap *= 2;
         char *a = realloc(t->arena, cap);
         if (!a) return kvc_fail(KVC_ERR_NOMEM, "tokenizer: string arena of %zu bytes", cap);
         t->arena = a;
@@ -100,7 +105,8 @@ static kvc_status add_string(builder *b, const char *s, size_t len, int32_t *id)
     t->str_len[t->n_strings] = (uint32_t)len;
     b->arena_len += len + 1;
     *id = t->n_strings++;
-    if ((size_t)t->n_strings * 2 > (size_t)t->smap_mask + 1) return smap_rebuild(t, (size_t)t->n_strings);
+    if ((size_t)t->n_strings * 2 > (size_t)t->smap_mask + 1)
+        return smap_rebuild(t, (size_t)t->n_strings);
     smap_put(t, (uint32_t)*id);
     return KVC_OK;
 }
@@ -133,9 +139,12 @@ static kvc_status get_int(const kvc_gguf *g, const char *key, int64_t *out, int 
     *present = 0;
     if (!v) return KVC_OK;
     if (!is_int_type(v->type))
-        return kvc_fail(KVC_ERR_FORMAT, "%s: expected an integer, found %s", key, kvc_gguf_vtype_name(v->type));
-    if (is_signed_type(v->type)) *out = v->i;
-    else *out = v->u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v->u;
+        return kvc_fail(KVC_ERR_FORMAT, "%s: expected an integer, found %s", key,
+                        kvc_gguf_vtype_name(v->type));
+    if (is_signed_type(v->type))
+        *out = v->i;
+    else
+        *out = v->u > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v->u;
     *present = 1;
     return KVC_OK;
 }
@@ -143,9 +152,13 @@ static kvc_status get_int(const kvc_gguf *g, const char *key, int64_t *out, int 
 static kvc_status get_bool(const kvc_gguf *g, const char *key, int *out) {
     const kvc_gguf_value *v = find_val(g, key);
     if (!v) return KVC_OK;
-    if (v->type == KVC_GGUF_BOOL) *out = v->u != 0;
-    else if (is_int_type(v->type)) *out = is_signed_type(v->type) ? v->i != 0 : v->u != 0;
-    else return kvc_fail(KVC_ERR_FORMAT, "%s: expected a bool, found %s", key, kvc_gguf_vtype_name(v->type));
+    if (v->type == KVC_GGUF_BOOL)
+        *out = v->u != 0;
+    else if (is_int_type(v->type))
+        *out = is_signed_type(v->type) ? v->i != 0 : v->u != 0;
+    else
+        return kvc_fail(KVC_ERR_FORMAT, "%s: expected a bool, found %s", key,
+                        kvc_gguf_vtype_name(v->type));
     return KVC_OK;
 }
 
@@ -154,7 +167,8 @@ static kvc_status get_str(const kvc_gguf *g, const char *key, const kvc_gguf_str
     *out = NULL;
     if (!v) return KVC_OK;
     if (v->type != KVC_GGUF_STRING)
-        return kvc_fail(KVC_ERR_FORMAT, "%s: expected a string, found %s", key, kvc_gguf_vtype_name(v->type));
+        return kvc_fail(KVC_ERR_FORMAT, "%s: expected a string, found %s", key,
+                        kvc_gguf_vtype_name(v->type));
     *out = &v->s;
     return KVC_OK;
 }
@@ -169,8 +183,11 @@ static kvc_status get_arr(const kvc_gguf *g, const char *key, const kvc_gguf_val
     *out = NULL;
     if (!v) return KVC_OK;
     if (v->type != KVC_GGUF_ARRAY)
-        return kvc_fail(KVC_ERR_FORMAT, "%s: expected an array, found %s", key, kvc_gguf_vtype_name(v->type));
-    if (v->arr.n && !v->arr.items) return kvc_fail(KVC_ERR_FORMAT, "%s: array of %llu items has no data", key, (unsigned long long)v->arr.n);
+        return kvc_fail(KVC_ERR_FORMAT, "%s: expected an array, found %s", key,
+                        kvc_gguf_vtype_name(v->type));
+    if (v->arr.n && !v->arr.items)
+        return kvc_fail(KVC_ERR_FORMAT, "%s: array of %llu items has no data", key,
+                        (unsigned long long)v->arr.n);
     *out = v;
     return KVC_OK;
 }
@@ -184,10 +201,16 @@ static int name_in(const kvc_gguf_str *s, const char *const *names) {
 }
 
 static kvc_status choose_pretok(kvc_tokenizer *t, const kvc_gguf_str *pre) {
-    static const char *const llama3[] = {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", NULL};
+    static const char *const llama3[] = {"llama3",  "llama-v3", "llama-bpe", "falcon3", "falcon-h1",
+                                         "pixtral", "midm-2.0", "lfm2",      NULL};
     static const char *const llama3_plain[] = {"dbrx", "smaug-bpe", NULL};
-    static const char *const gpt2[] = {"gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "modern-bert", "mpt", "olmo", "jais", "trillion", "exaone4", NULL};
-    static const char *const smollm[] = {"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b", "mellum2", NULL};
+    static const char *const gpt2[] = {"gpt-2",    "phi-2",       "jina-es",    "jina-de",
+                                       "gigachat", "jina-v2-es",  "jina-v2-de", "a.x-4.0",
+                                       "mellum",   "modern-bert", "mpt",        "olmo",
+                                       "jais",     "trillion",    "exaone4",    NULL};
+    static const char *const smollm[] = {"smollm",     "starcoder", "refact",
+                                         "command-r",  "codeshell", "exaone",
+                                         "minerva-7b", "mellum2",   NULL};
     static const char *const qwen2[] = {"qwen2", "deepseek-r1-qwen", "megrez", "stablelm2", NULL};
     if (!pre || str_eq(pre, "default")) {
         t->pre = KVC_PRETOK_DEFAULT;
@@ -205,22 +228,27 @@ static kvc_status choose_pretok(kvc_tokenizer *t, const kvc_gguf_str *pre) {
         t->pre = KVC_PRETOK_QWEN2;
     } else {
         int n = pre->len > 64 ? 64 : (int)pre->len;
-        return kvc_fail(KVC_ERR_UNSUPPORTED,
-                        "tokenizer.ggml.pre: '%.*s' is not supported (supported: default, gpt-2, smollm, "
-                        "llama-bpe/llama3, qwen2 and their aliases)", n, pre->ptr);
+        return kvc_fail(
+            KVC_ERR_UNSUPPORTED,
+            "tokenizer.ggml.pre: '%.*s' is not supported (supported: default, gpt-2, smollm, "
+            "llama-bpe/llama3, qwen2 and their aliases)",
+            n, pre->ptr);
     }
     return KVC_OK;
 }
 
 /* ---- byte-level spelling ------------------------------------------------------- */
 
-static int printable_byte(unsigned b) { return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE; }
+static int printable_byte(unsigned b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+}
 
 /* GPT-2's bytes_to_unicode: printable bytes stand for themselves, the other
  * 68 map to U+0100.. in byte order. cp_to_byte is the inverse (-1: none). */
 static void byte_chars(kvc_tokenizer *t, int16_t cp_to_byte[324]) {
     unsigned k = 0;
-    for (int i = 0; i < 324; i++) cp_to_byte[i] = -1;
+    for (int i = 0; i < 324; i++)
+        cp_to_byte[i] = -1;
     for (unsigned b = 0; b < 256; b++) {
         uint32_t cp = printable_byte(b) ? b : 256 + k++;
         uint8_t u[4];
@@ -248,21 +276,68 @@ static void mark_eog(kvc_tokenizer *t, int32_t id) {
 }
 
 static void detect_specials(kvc_tokenizer *t, int32_t fim[6]) {
-    static const char *const eot[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<|end_of_text|>", "<EOT>", "_<EOT>", "[EOT]", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "<end_of_utterance>", NULL};
+    static const char *const eot[] = {"<|eot_id|>",
+                                      "<|im_end|>",
+                                      "<|end|>",
+                                      "<end_of_turn>",
+                                      "<|endoftext|>",
+                                      "<|end_of_text|>",
+                                      "<EOT>",
+                                      "_<EOT>",
+                                      "[EOT]",
+                                      "<\xef\xbd\x9c"
+                                      "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                      "<end_of_utterance>",
+                                      NULL};
     static const char *const eom[] = {"<|eom_id|>", NULL};
     static const char *const fim_texts[6][9] = {
-        {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "begin\xef\xbd\x9c>", "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
-        {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<\xef\xbd\x9c" "fim\xe2\x96\x81hole\xef\xbd\x9c>", "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL},
-        {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<\xef\xbd\x9c" "fim\xe2\x96\x81" "end\xef\xbd\x9c>", "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL},
+        {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>",
+         "<\xef\xbd\x9c"
+         "fim\xe2\x96\x81"
+         "begin\xef\xbd\x9c>",
+         "<PRE>", "\xe2\x96\x81<PRE>", "<|code_prefix|>", "<|prefix|>", NULL},
+        {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>",
+         "<\xef\xbd\x9c"
+         "fim\xe2\x96\x81hole\xef\xbd\x9c>",
+         "<SUF>", "\xe2\x96\x81<SUF>", "<|code_suffix|>", "<|suffix|>", NULL},
+        {"<|fim_middle|>", "<fim-middle>", "<fim_middle>",
+         "<\xef\xbd\x9c"
+         "fim\xe2\x96\x81"
+         "end\xef\xbd\x9c>",
+         "<MID>", "\xe2\x96\x81<MID>", "<|code_middle|>", "<|middle|>", NULL},
         {"<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", NULL},
         {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>", "<reponame>", NULL},
         {"<|file_sep|>", NULL},
     };
-    static const char *const eog_texts[] = {"<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>", "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>", "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<\xef\xbd\x9c" "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>", "[e~[", NULL};
+    static const char *const eog_texts[] = {"<|eot_id|>",
+                                            "<|im_end|>",
+                                            "<|end|>",
+                                            "<|return|>",
+                                            "<|call|>",
+                                            "<|flush|>",
+                                            "<|calls|>",
+                                            "<end_of_turn>",
+                                            "<|endoftext|>",
+                                            "</s>",
+                                            "<|eom_id|>",
+                                            "<EOT>",
+                                            "_<EOT>",
+                                            "[EOT]",
+                                            "[EOS]",
+                                            "<|end_of_text|>",
+                                            "<end_of_utterance>",
+                                            "<eos>",
+                                            "<turn|>",
+                                            "<|tool_response>",
+                                            "<\xef\xbd\x9c"
+                                            "end\xe2\x96\x81of\xe2\x96\x81sentence\xef\xbd\x9c>",
+                                            "[e~[",
+                                            NULL};
     if (t->eot < 0 && (t->eot = find_text(t, eot)) >= 0) t->attr[t->eot] |= KVC_TATTR_CONTROL;
     if (t->eom < 0 && (t->eom = find_text(t, eom)) >= 0) t->attr[t->eom] |= KVC_TATTR_CONTROL;
     for (int k = 0; k < 6; k++)
-        if (fim[k] < 0 && (fim[k] = find_text(t, fim_texts[k])) >= 0) t->attr[fim[k]] |= KVC_TATTR_CONTROL;
+        if (fim[k] < 0 && (fim[k] = find_text(t, fim_texts[k])) >= 0)
+            t->attr[fim[k]] |= KVC_TATTR_CONTROL;
     /* control tokens whose text says "unused" */
     for (int i = 0; i < t->n_vocab; i++)
         if ((t->attr[i] & KVC_TATTR_CONTROL) && strstr(t->arena + t->str_off[i], "unused"))
@@ -282,7 +357,8 @@ static void detect_specials(kvc_tokenizer *t, int32_t fim[6]) {
     mark_eog(t, t->eot);
     mark_eog(t, t->eom);
     /* gpt-oss: always rendered */
-    static const char *const shown[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>", NULL};
+    static const char *const shown[] = {"<|channel|>", "<|message|>", "<|start|>", "<|constrain|>",
+                                        NULL};
     for (const char *const *s = shown; *s; s++) {
         int32_t id = kvc_tok_lookup(t, *s, strlen(*s));
         if (id >= 0 && id < t->n_vocab) t->attr[id] = KVC_TATTR_USER_DEFINED;
@@ -327,7 +403,8 @@ typedef struct sbuf {
 static int sbuf_put(sbuf *b, const void *s, size_t n) {
     if (b->n + n > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->n + n) cap *= 2;
+        while (cap < b->n + n)
+            cap *= 2;
         char *q = realloc(b->p, cap);
         if (!q) return -1;
         b->p = q;
@@ -344,11 +421,13 @@ static int build_piece(const kvc_tokenizer *t, int32_t id, const int16_t cp_to_b
     const char *s = t->arena + t->str_off[id];
     size_t len = t->str_len[id];
     unsigned a = t->attr[id];
-    if (a & (KVC_TATTR_UNKNOWN | KVC_TATTR_CONTROL | KVC_TATTR_USER_DEFINED)) return sbuf_put(b, s, len);
+    if (a & (KVC_TATTR_UNKNOWN | KVC_TATTR_CONTROL | KVC_TATTR_USER_DEFINED))
+        return sbuf_put(b, s, len);
     if (a & KVC_TATTR_NORMAL) {
         if (t->kind == KVC_TOK_SPM) { /* U+2581 -> space */
             for (size_t i = 0; i < len; i++) {
-                if (i + 2 < len && (uint8_t)s[i] == 0xE2 && (uint8_t)s[i + 1] == 0x96 && (uint8_t)s[i + 2] == 0x81) {
+                if (i + 2 < len && (uint8_t)s[i] == 0xE2 && (uint8_t)s[i + 1] == 0x96 &&
+                    (uint8_t)s[i + 2] == 0x81) {
                     if (sbuf_put(b, " ", 1)) return -1;
                     i += 2;
                 } else if (sbuf_put(b, s + i, 1)) {
@@ -390,19 +469,23 @@ static kvc_status load_vocab(builder *bld, const kvc_gguf *g) {
     kvc_tokenizer *t = bld->t;
     const kvc_gguf_value *toks, *scores, *types;
     KVC_TRY(get_arr(g, "tokenizer.ggml.tokens", &toks));
-    KVC_CHECK(toks, KVC_ERR_FORMAT, "tokenizer.ggml.tokens: missing key (the file has no vocabulary)");
+    KVC_CHECK(toks, KVC_ERR_FORMAT,
+              "tokenizer.ggml.tokens: missing key (the file has no vocabulary)");
     KVC_CHECK(toks->arr.type == KVC_GGUF_STRING, KVC_ERR_FORMAT,
               "tokenizer.ggml.tokens: expected an array of string, found array of %s",
               kvc_gguf_vtype_name(toks->arr.type));
     KVC_CHECK(toks->arr.n > 0 && toks->arr.n <= (1u << 24), KVC_ERR_FORMAT,
-              "tokenizer.ggml.tokens: %llu tokens (expected 1..16777216)", (unsigned long long)toks->arr.n);
+              "tokenizer.ggml.tokens: %llu tokens (expected 1..16777216)",
+              (unsigned long long)toks->arr.n);
     uint64_t n = toks->arr.n;
     KVC_TRY(get_arr(g, "tokenizer.ggml.scores", &scores));
     if (scores) {
-        KVC_CHECK(scores->arr.type == KVC_GGUF_F32 || scores->arr.type == KVC_GGUF_I32, KVC_ERR_FORMAT,
+        KVC_CHECK(scores->arr.type == KVC_GGUF_F32 || scores->arr.type == KVC_GGUF_I32,
+                  KVC_ERR_FORMAT,
                   "tokenizer.ggml.scores: expected an array of f32, found array of %s",
                   kvc_gguf_vtype_name(scores->arr.type));
-        KVC_CHECK(scores->arr.n >= n, KVC_ERR_FORMAT, "tokenizer.ggml.scores: %llu scores for %llu tokens",
+        KVC_CHECK(scores->arr.n >= n, KVC_ERR_FORMAT,
+                  "tokenizer.ggml.scores: %llu scores for %llu tokens",
                   (unsigned long long)scores->arr.n, (unsigned long long)n);
     }
     KVC_TRY(get_arr(g, "tokenizer.ggml.token_type", &types));
@@ -410,19 +493,21 @@ static kvc_status load_vocab(builder *bld, const kvc_gguf *g) {
         KVC_CHECK(types->arr.type == KVC_GGUF_I32, KVC_ERR_FORMAT,
                   "tokenizer.ggml.token_type: expected an array of i32, found array of %s",
                   kvc_gguf_vtype_name(types->arr.type));
-        KVC_CHECK(types->arr.n >= n, KVC_ERR_FORMAT, "tokenizer.ggml.token_type: %llu types for %llu tokens",
+        KVC_CHECK(types->arr.n >= n, KVC_ERR_FORMAT,
+                  "tokenizer.ggml.token_type: %llu types for %llu tokens",
                   (unsigned long long)types->arr.n, (unsigned long long)n);
     }
     t->n_vocab = (int)n;
     t->score = calloc(n, sizeof *t->score);
     t->attr = calloc(n, sizeof *t->attr);
     t->eog = calloc(n, 1);
-    if (!t->score || !t->attr || !t->eog) return kvc_fail(KVC_ERR_NOMEM, "tokenizer: %llu tokens", (unsigned long long)n);
+    if (!t->score || !t->attr || !t->eog)
+        return kvc_fail(KVC_ERR_NOMEM, "tokenizer: %llu tokens", (unsigned long long)n);
     KVC_TRY(smap_rebuild(t, n + 256));
     for (uint64_t i = 0; i < n; i++) {
         const kvc_gguf_value *v = &toks->arr.items[i];
-        KVC_CHECK(v->type == KVC_GGUF_STRING, KVC_ERR_FORMAT, "tokenizer.ggml.tokens[%llu]: not a string",
-                  (unsigned long long)i);
+        KVC_CHECK(v->type == KVC_GGUF_STRING, KVC_ERR_FORMAT,
+                  "tokenizer.ggml.tokens[%llu]: not a string", (unsigned long long)i);
         char empty[32];
         const char *s = v->s.ptr;
         size_t len = v->s.len;
@@ -430,7 +515,8 @@ static kvc_status load_vocab(builder *bld, const kvc_gguf *g) {
             len = (size_t)snprintf(empty, sizeof empty, "[EMPTY_%llu]", (unsigned long long)i);
             s = empty;
         }
-        KVC_CHECK(s != NULL, KVC_ERR_FORMAT, "tokenizer.ggml.tokens[%llu]: no data", (unsigned long long)i);
+        KVC_CHECK(s != NULL, KVC_ERR_FORMAT, "tokenizer.ggml.tokens[%llu]: no data",
+                  (unsigned long long)i);
         int32_t id;
         KVC_TRY(add_string(bld, s, len, &id));
         if ((int)len > t->max_token_len) t->max_token_len = (int)len;
@@ -441,13 +527,27 @@ static kvc_status load_vocab(builder *bld, const kvc_gguf *g) {
         unsigned a = KVC_TATTR_NORMAL;
         if (types) {
             switch (types->arr.items[i].i) {
-            case 1: a = KVC_TATTR_NORMAL; break;
-            case 2: a = KVC_TATTR_UNKNOWN; break;
-            case 3: a = KVC_TATTR_CONTROL; break;
-            case 4: a = KVC_TATTR_USER_DEFINED; break;
-            case 5: a = KVC_TATTR_UNUSED; break;
-            case 6: a = KVC_TATTR_BYTE; break;
-            default: a = 0; break; /* undefined */
+            case 1:
+                a = KVC_TATTR_NORMAL;
+                break;
+            case 2:
+                a = KVC_TATTR_UNKNOWN;
+                break;
+            case 3:
+                a = KVC_TATTR_CONTROL;
+                break;
+            case 4:
+                a = KVC_TATTR_USER_DEFINED;
+                break;
+            case 5:
+                a = KVC_TATTR_UNUSED;
+                break;
+            case 6:
+                a = KVC_TATTR_BYTE;
+                break;
+            default:
+                a = 0;
+                break; /* undefined */
             }
         }
         t->attr[i] = (uint16_t)a;
@@ -459,25 +559,30 @@ static kvc_status load_merges(builder *bld, const kvc_gguf *g) {
     kvc_tokenizer *t = bld->t;
     const kvc_gguf_value *m;
     KVC_TRY(get_arr(g, "tokenizer.ggml.merges", &m));
-    KVC_CHECK(m, KVC_ERR_FORMAT, "tokenizer.ggml.merges: missing key (a gpt2 tokenizer needs its merges)");
+    KVC_CHECK(m, KVC_ERR_FORMAT,
+              "tokenizer.ggml.merges: missing key (a gpt2 tokenizer needs its merges)");
     KVC_CHECK(m->arr.type == KVC_GGUF_STRING, KVC_ERR_FORMAT,
               "tokenizer.ggml.merges: expected an array of string, found array of %s",
               kvc_gguf_vtype_name(m->arr.type));
-    KVC_CHECK(m->arr.n <= (1u << 24), KVC_ERR_FORMAT, "tokenizer.ggml.merges: %llu merges (at most 16777216)",
+    KVC_CHECK(m->arr.n <= (1u << 24), KVC_ERR_FORMAT,
+              "tokenizer.ggml.merges: %llu merges (at most 16777216)",
               (unsigned long long)m->arr.n);
     size_t cap = 1024;
-    while (cap < 2 * m->arr.n) cap *= 2;
+    while (cap < 2 * m->arr.n)
+        cap *= 2;
     t->mkey = calloc(cap, sizeof *t->mkey);
     t->mrank = malloc(cap * sizeof *t->mrank);
     t->mres = malloc(cap * sizeof *t->mres);
-    if (!t->mkey || !t->mrank || !t->mres) return kvc_fail(KVC_ERR_NOMEM, "tokenizer: merge table of %zu slots", cap);
+    if (!t->mkey || !t->mrank || !t->mres)
+        return kvc_fail(KVC_ERR_NOMEM, "tokenizer: merge table of %zu slots", cap);
     t->mmask = (uint32_t)(cap - 1);
     sbuf cat = {0};
     kvc_status st = KVC_OK;
     for (uint64_t r = 0; r < m->arr.n && st == KVC_OK; r++) {
         const kvc_gguf_value *v = &m->arr.items[r];
         if (v->type != KVC_GGUF_STRING || !v->s.ptr) {
-            st = kvc_fail(KVC_ERR_FORMAT, "tokenizer.ggml.merges[%llu]: not a string", (unsigned long long)r);
+            st = kvc_fail(KVC_ERR_FORMAT, "tokenizer.ggml.merges[%llu]: not a string",
+                          (unsigned long long)r);
             break;
         }
         const char *s = v->s.ptr, *sp = v->s.len > 1 ? memchr(s + 1, ' ', v->s.len - 1) : NULL;
@@ -494,7 +599,11 @@ static kvc_status load_merges(builder *bld, const kvc_gguf *g) {
             break;
         uint64_t key = (((uint64_t)(uint32_t)a << 32) | (uint32_t)b) + 1;
         uint64_t x = key;
-        x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+        x ^= x >> 33;
+        x *= 0xff51afd7ed558ccdull;
+        x ^= x >> 33;
+        x *= 0xc4ceb9fe1a85ec53ull;
+        x ^= x >> 33;
         for (uint64_t i = x & t->mmask;; i = (i + 1) & t->mmask) {
             if (t->mkey[i] == key) break; /* duplicate pair: the first rank stays */
             if (t->mkey[i] == 0) {
@@ -511,14 +620,17 @@ static kvc_status load_merges(builder *bld, const kvc_gguf *g) {
 }
 
 static kvc_status load_special_ids(kvc_tokenizer *t, const kvc_gguf *g, int32_t fim[6]) {
-    struct { const char *key; int32_t *id; } keys[] = {
-        {"tokenizer.ggml.bos_token_id", &t->bos}, {"tokenizer.ggml.eos_token_id", &t->eos},
-        {"tokenizer.ggml.eot_token_id", &t->eot}, {"tokenizer.ggml.eom_token_id", &t->eom},
+    struct {
+        const char *key;
+        int32_t *id;
+    } keys[] = {
+        {"tokenizer.ggml.bos_token_id", &t->bos},     {"tokenizer.ggml.eos_token_id", &t->eos},
+        {"tokenizer.ggml.eot_token_id", &t->eot},     {"tokenizer.ggml.eom_token_id", &t->eom},
         {"tokenizer.ggml.unknown_token_id", &t->unk}, {"tokenizer.ggml.padding_token_id", &t->pad},
         {"tokenizer.ggml.fim_pre_token_id", &fim[0]}, {"tokenizer.ggml.fim_suf_token_id", &fim[1]},
         {"tokenizer.ggml.fim_mid_token_id", &fim[2]}, {"tokenizer.ggml.fim_pad_token_id", &fim[3]},
         {"tokenizer.ggml.fim_rep_token_id", &fim[4]}, {"tokenizer.ggml.fim_sep_token_id", &fim[5]},
-        {"tokenizer.ggml.prefix_token_id", &fim[0]}, {"tokenizer.ggml.suffix_token_id", &fim[1]},
+        {"tokenizer.ggml.prefix_token_id", &fim[0]},  {"tokenizer.ggml.suffix_token_id", &fim[1]},
         {"tokenizer.ggml.middle_token_id", &fim[2]},
     };
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
@@ -527,7 +639,8 @@ static kvc_status load_special_ids(kvc_tokenizer *t, const kvc_gguf *g, int32_t 
         int64_t v;
         int present;
         KVC_TRY(get_int(g, keys[k].key, &v, &present));
-        if (present && v >= 0 && v < t->n_vocab) *id = (int32_t)v; /* out of range: keep the default */
+        if (present && v >= 0 && v < t->n_vocab)
+            *id = (int32_t)v; /* out of range: keep the default */
     }
     return KVC_OK;
 }
@@ -564,7 +677,8 @@ kvc_status kvc_tokenizer_load(const kvc_gguf *g, kvc_tokenizer **out) {
     } else {
         int n = model->len > 64 ? 64 : (int)model->len;
         st = kvc_fail(KVC_ERR_UNSUPPORTED,
-                      "tokenizer.ggml.model: '%.*s' is not supported (supported: llama (SentencePiece), gpt2 (byte-level BPE))",
+                      "tokenizer.ggml.model: '%.*s' is not supported (supported: llama "
+                      "(SentencePiece), gpt2 (byte-level BPE))",
                       n, model->ptr);
         goto fail;
     }
@@ -626,7 +740,8 @@ kvc_status kvc_tokenizer_load(const kvc_gguf *g, kvc_tokenizer **out) {
     if (tmpl && tmpl->ptr) {
         t->chat_template = malloc(tmpl->len + 1);
         if (!t->chat_template) {
-            st = kvc_fail(KVC_ERR_NOMEM, "tokenizer: chat template of %llu bytes", (unsigned long long)tmpl->len);
+            st = kvc_fail(KVC_ERR_NOMEM, "tokenizer: chat template of %llu bytes",
+                          (unsigned long long)tmpl->len);
             goto fail;
         }
         memcpy(t->chat_template, tmpl->ptr, tmpl->len);
@@ -662,4 +777,6 @@ void kvc_tokenizer_free(kvc_tokenizer *t) {
     free(t);
 }
 
-int kvc_tokenizer_n_vocab(const kvc_tokenizer *t) { return t ? t->n_vocab : 0; }
+int kvc_tokenizer_n_vocab(const kvc_tokenizer *t) {
+    return t ? t->n_vocab : 0;
+}

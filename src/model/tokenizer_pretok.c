@@ -21,21 +21,27 @@
 typedef struct split {
     const uint32_t *cp;
     const uint16_t *cat;
-    size_t a, b;  /* current word [a, b) */
-    size_t prev;  /* end of the last emitted piece */
+    size_t a, b; /* current word [a, b) */
+    size_t prev; /* end of the last emitted piece */
     size_t *out;
     size_t n_out;
 } split;
 
-static inline uint32_t cpt(const split *s, size_t i) { return i >= s->a && i < s->b ? s->cp[i] : OOR; }
-static inline unsigned cat(const split *s, size_t i) { return i >= s->a && i < s->b ? s->cat[i] : 0u; }
+static inline uint32_t cpt(const split *s, size_t i) {
+    return i >= s->a && i < s->b ? s->cp[i] : OOR;
+}
+static inline unsigned cat(const split *s, size_t i) {
+    return i >= s->a && i < s->b ? s->cat[i] : 0u;
+}
 
 static void emit(split *s, size_t end) {
     if (end > s->prev) s->out[s->n_out++] = end - s->prev;
     s->prev = end;
 }
 
-static inline uint32_t ascii_lower(uint32_t c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
+static inline uint32_t ascii_lower(uint32_t c) {
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
 
 /* 's|'t|'re|'ve|'m|'ll|'d at pos (optionally case-insensitive): length or 0. */
 static size_t contraction(const split *s, size_t pos, int icase) {
@@ -68,24 +74,28 @@ static void split_gpt2(split *s) {
         unsigned f2 = c == ' ' ? cat(s, pos + 1) : f;
         if (f2 & KVC_UCAT_LETTER) { /* ' ?\p{L}+' */
             pos += c == ' ';
-            while (cat(s, pos) & KVC_UCAT_LETTER) pos++;
+            while (cat(s, pos) & KVC_UCAT_LETTER)
+                pos++;
             emit(s, pos);
             continue;
         }
         if (f2 & KVC_UCAT_NUMBER) { /* ' ?\p{N}+' */
             pos += c == ' ';
-            while (cat(s, pos) & KVC_UCAT_NUMBER) pos++;
+            while (cat(s, pos) & KVC_UCAT_NUMBER)
+                pos++;
             emit(s, pos);
             continue;
         }
         if (!(f2 & LNS) && f2) { /* ' ?[^\s\p{L}\p{N}]+' */
             pos += c == ' ';
-            while (!(cat(s, pos) & LNS) && cat(s, pos)) pos++;
+            while (!(cat(s, pos) & LNS) && cat(s, pos))
+                pos++;
             emit(s, pos);
             continue;
         }
         size_t nws = 0;
-        while (cat(s, pos + nws) & KVC_UCAT_SPACE) nws++;
+        while (cat(s, pos + nws) & KVC_UCAT_SPACE)
+            nws++;
         if (nws > 1 && cpt(s, pos + nws) != OOR) { /* '\s+(?!\S)' */
             pos += nws - 1;
         } else if (nws > 0) { /* '\s+' */
@@ -113,7 +123,8 @@ static void split_llama3(split *s, size_t max_digits) {
             ((f & KVC_UCAT_LETTER) || (cat(s, pos + 1) & KVC_UCAT_LETTER))) {
             /* '[^\r\n\p{L}\p{N}]?\p{L}+' */
             pos++;
-            while (cat(s, pos) & KVC_UCAT_LETTER) pos++;
+            while (cat(s, pos) & KVC_UCAT_LETTER)
+                pos++;
             emit(s, pos);
             continue;
         }
@@ -131,8 +142,10 @@ static void split_llama3(split *s, size_t max_digits) {
         unsigned f2 = c == ' ' ? cat(s, pos + 1) : f;
         if (!(f2 & LNS) && f) { /* ' ?[^\s\p{L}\p{N}]+[\r\n]*' */
             pos += c == ' ';
-            while (!(cat(s, pos) & LNS) && cat(s, pos)) pos++;
-            while (cpt(s, pos) == '\r' || cpt(s, pos) == '\n') pos++;
+            while (!(cat(s, pos) & LNS) && cat(s, pos))
+                pos++;
+            while (cpt(s, pos) == '\r' || cpt(s, pos) == '\n')
+                pos++;
             emit(s, pos);
             continue;
         }
@@ -168,7 +181,9 @@ static int is_punct_default(const split *s, size_t i) { /* [\p{P}\$\+<=>\^~\|] *
                c == '>' || c == '^' || c == '~' || c == '|';
     return (s->cat[i] & (KVC_UCAT_PUNCT | KVC_UCAT_SPACE)) == KVC_UCAT_PUNCT;
 }
-static int is_ascii_digit(const split *s, size_t i) { return s->cp[i] >= '0' && s->cp[i] <= '9'; }
+static int is_ascii_digit(const split *s, size_t i) {
+    return s->cp[i] >= '0' && s->cp[i] <= '9';
+}
 
 /* Isolates matches of pred (one code point each, or maximal runs). */
 static void split_class(split *s, int (*pred)(const split *, size_t), int runs) {
@@ -178,7 +193,8 @@ static void split_class(split *s, int (*pred)(const split *, size_t), int runs) 
             emit(s, pos);
             pos++;
             if (runs)
-                while (pos < s->b && pred(s, pos)) pos++;
+                while (pos < s->b && pred(s, pos))
+                    pos++;
             emit(s, pos);
         } else {
             pos++;
@@ -206,13 +222,27 @@ typedef enum pass { P_GPT2, P_LLAMA3, P_QWEN2, P_NUM1, P_NUMRUN, P_PUNCTRUN, P_D
 
 static void run_pass(pass p, split *s) {
     switch (p) {
-    case P_GPT2: split_gpt2(s); break;
-    case P_LLAMA3: split_llama3(s, 3); break;
-    case P_QWEN2: split_llama3(s, 1); break;
-    case P_NUM1: split_class(s, is_num, 0); break;
-    case P_NUMRUN: split_class(s, is_num, 1); break;
-    case P_PUNCTRUN: split_class(s, is_punct_default, 1); break;
-    case P_DIGIT3: split_digit3(s); break;
+    case P_GPT2:
+        split_gpt2(s);
+        break;
+    case P_LLAMA3:
+        split_llama3(s, 3);
+        break;
+    case P_QWEN2:
+        split_llama3(s, 1);
+        break;
+    case P_NUM1:
+        split_class(s, is_num, 0);
+        break;
+    case P_NUMRUN:
+        split_class(s, is_num, 1);
+        break;
+    case P_PUNCTRUN:
+        split_class(s, is_punct_default, 1);
+        break;
+    case P_DIGIT3:
+        split_digit3(s);
+        break;
     }
 }
 
@@ -226,11 +256,26 @@ kvc_status kvc_pretokenize(kvc_pretok kind, const uint32_t *cps, size_t n, size_
     const pass *passes;
     size_t n_passes;
     switch (kind) {
-    case KVC_PRETOK_GPT2: passes = p_gpt2; n_passes = 1; break;
-    case KVC_PRETOK_SMOLLM: passes = p_smollm; n_passes = 2; break;
-    case KVC_PRETOK_LLAMA3: passes = p_llama3; n_passes = 1; break;
-    case KVC_PRETOK_QWEN2: passes = p_qwen2; n_passes = 1; break;
-    default: passes = p_default; n_passes = 4; break;
+    case KVC_PRETOK_GPT2:
+        passes = p_gpt2;
+        n_passes = 1;
+        break;
+    case KVC_PRETOK_SMOLLM:
+        passes = p_smollm;
+        n_passes = 2;
+        break;
+    case KVC_PRETOK_LLAMA3:
+        passes = p_llama3;
+        n_passes = 1;
+        break;
+    case KVC_PRETOK_QWEN2:
+        passes = p_qwen2;
+        n_passes = 1;
+        break;
+    default:
+        passes = p_default;
+        n_passes = 4;
+        break;
     }
     *n_words = 0;
     if (n == 0) return KVC_OK;
@@ -241,7 +286,8 @@ kvc_status kvc_pretokenize(kvc_pretok kind, const uint32_t *cps, size_t n, size_
         free(tmp);
         return kvc_fail(KVC_ERR_NOMEM, "tokenizer: pre-tokenizer buffers for %zu code points", n);
     }
-    for (size_t i = 0; i < n; i++) catv[i] = (uint16_t)kvc_ucat(cps[i]);
+    for (size_t i = 0; i < n; i++)
+        catv[i] = (uint16_t)kvc_ucat(cps[i]);
 
     /* Ping-pong between lens and tmp so that the last pass writes lens. */
     size_t *in = (n_passes % 2) ? tmp : lens, *out = (n_passes % 2) ? lens : tmp;

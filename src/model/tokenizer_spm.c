@@ -65,7 +65,8 @@ static bigram heap_pop(heap *h) {
     return top;
 }
 
-static int try_add(const kvc_tokenizer *t, const char *text, sym *syms, heap *h, int32_t l, int32_t r) {
+static int try_add(const kvc_tokenizer *t, const char *text, sym *syms, heap *h, int32_t l,
+                   int32_t r) {
     if (l < 0 || r < 0) return 0;
     size_t size = syms[l].n + syms[r].n;
     if (size > (size_t)t->max_token_len) return 0;
@@ -76,7 +77,8 @@ static int try_add(const kvc_tokenizer *t, const char *text, sym *syms, heap *h,
 
 kvc_status kvc_spm_encode(const kvc_tokenizer *t, const char *text, size_t len, kvc_tokbuf *out) {
     if (len == 0) return KVC_OK;
-    if (len > (size_t)INT32_MAX - 1) return kvc_fail(KVC_ERR_RANGE, "tokenizer: fragment of %zu bytes", len);
+    if (len > (size_t)INT32_MAX - 1)
+        return kvc_fail(KVC_ERR_RANGE, "tokenizer: fragment of %zu bytes", len);
     sym *syms = malloc(len * sizeof *syms);
     heap h = {0};
     kvc_status st = KVC_OK;
@@ -98,7 +100,8 @@ kvc_status kvc_spm_encode(const kvc_tokenizer *t, const char *text, size_t len, 
         r->n = 0;
         l->next = r->next;
         if (r->next >= 0) syms[r->next].prev = b.left;
-        if (try_add(t, text, syms, &h, l->prev, b.left) || try_add(t, text, syms, &h, b.left, l->next))
+        if (try_add(t, text, syms, &h, l->prev, b.left) ||
+            try_add(t, text, syms, &h, b.left, l->next))
             goto nomem;
     }
     for (int32_t i = 0; i >= 0 && st == KVC_OK; i = syms[i].next) {

@@ -9,7 +9,13 @@
 static int is_white_space(uint32_t cp) {
     if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);
     switch (cp) {
-    case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F: case 0x205F:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
     case 0x3000:
         return 1;
     default:
@@ -27,8 +33,10 @@ unsigned kvc_ucat(uint32_t cp) {
         int lo = 0, hi = kvc_ucat_n_ranges - 1; /* last range with start <= cp */
         while (lo < hi) {
             int mid = (lo + hi + 1) / 2;
-            if ((kvc_ucat_ranges[mid] >> 8) <= cp) lo = mid;
-            else hi = mid - 1;
+            if ((kvc_ucat_ranges[mid] >> 8) <= cp)
+                lo = mid;
+            else
+                hi = mid - 1;
         }
         f = kvc_ucat_ranges[lo] & 0xFF;
     }
@@ -41,7 +49,9 @@ int kvc_utf8_lead_len(uint8_t b) {
     return len[b >> 4];
 }
 
-static int is_cont(uint8_t b) { return (b & 0xC0) == 0x80; }
+static int is_cont(uint8_t b) {
+    return (b & 0xC0) == 0x80;
+}
 
 size_t kvc_utf8_decode(const uint8_t *s, size_t len, uint32_t *out) {
     size_t i = 0, n = 0;

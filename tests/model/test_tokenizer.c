@@ -85,9 +85,11 @@ static char *unhex(const char *h, size_t hlen, size_t *n, const char *same, size
 /* Next whitespace-separated field of a line. */
 static const char *field(const char **p, size_t *len) {
     const char *s = *p;
-    while (*s == ' ') s++;
+    while (*s == ' ')
+        s++;
     const char *e = s;
-    while (*e && *e != ' ' && *e != '\n') e++;
+    while (*e && *e != ' ' && *e != '\n')
+        e++;
     *len = (size_t)(e - s);
     *p = e;
     return s;
@@ -104,7 +106,8 @@ static kvc_tokenizer *load_tok(const char *path, kvc_gguf **g) {
 
 static void print_ids(const char *what, const int32_t *v, int n) {
     fprintf(stderr, "    %s (%d):", what, n);
-    for (int i = 0; i < n && i < 40; i++) fprintf(stderr, " %d", v[i]);
+    for (int i = 0; i < n && i < 40; i++)
+        fprintf(stderr, " %d", v[i]);
     fprintf(stderr, n > 40 ? " ...\n" : "\n");
 }
 
@@ -113,16 +116,19 @@ static void print_ids(const char *what, const int32_t *v, int n) {
 /* The fixture runs either on a tokenizer (internal API) or, for the default
  * model, through the public API on a loaded kvc_model. */
 
-static kvc_status tk_tokenize(const kvc_tokenizer *t, const char *s, size_t n, int bos, int sp, int32_t *v,
-                              int cap, int *n_out) {
+static kvc_status tk_tokenize(const kvc_tokenizer *t, const char *s, size_t n, int bos, int sp,
+                              int32_t *v, int cap, int *n_out) {
     if (g_model) return kvc_tokenize(g_model, s, n, bos, sp, v, cap, n_out);
     return kvc_tokenizer_tokenize(t, s, n, bos, sp, v, cap, n_out);
 }
 static int tk_piece(const kvc_tokenizer *t, int32_t id, int sp, char *b, int cap) {
-    return g_model ? kvc_token_piece(g_model, id, sp, b, cap) : kvc_tokenizer_piece(t, id, sp, b, cap);
+    return g_model ? kvc_token_piece(g_model, id, sp, b, cap)
+                   : kvc_tokenizer_piece(t, id, sp, b, cap);
 }
-static kvc_status tk_chat(const kvc_tokenizer *t, const kvc_chat_msg *m, int n, int add, char **out) {
-    return g_model ? kvc_chat_apply(g_model, m, n, add, out) : kvc_tokenizer_chat_apply(t, m, n, add, out);
+static kvc_status tk_chat(const kvc_tokenizer *t, const kvc_chat_msg *m, int n, int add,
+                          char **out) {
+    return g_model ? kvc_chat_apply(g_model, m, n, add, out)
+                   : kvc_tokenizer_chat_apply(t, m, n, add, out);
 }
 
 typedef struct counts {
@@ -133,10 +139,15 @@ static int valid_utf8(const char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         uint8_t b = (uint8_t)s[i];
-        int len = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+        int len = b < 0x80                 ? 1
+                  : b >= 0xC2 && b <= 0xDF ? 2
+                  : b >= 0xE0 && b <= 0xEF ? 3
+                  : b >= 0xF0 && b <= 0xF4 ? 4
+                                           : 0;
         if (!len || i + (size_t)len > n) return 0;
         uint8_t c = len > 1 ? (uint8_t)s[i + 1] : 0x80;
-        if ((b == 0xE0 && c < 0xA0) || (b == 0xED && c > 0x9F) || (b == 0xF0 && c < 0x90) || (b == 0xF4 && c > 0x8F))
+        if ((b == 0xE0 && c < 0xA0) || (b == 0xED && c > 0x9F) || (b == 0xF0 && c < 0x90) ||
+            (b == 0xF4 && c > 0x8F))
             return 0;
         for (int k = 1; k < len; k++)
             if (((uint8_t)s[i + k] & 0xC0) != 0x80) return 0;
@@ -163,9 +174,11 @@ static char *detok_all(const kvc_tokenizer *t, const int32_t *ids, int n, size_t
         k = kvc_detok_push(d, ids[i], buf, sizeof buf);
         assert_true(k >= 0 && k < (int)sizeof buf && buf[k] == 0);
         append(&out, &len, &cap, buf, k);
-        while ((k = kvc_detok_push(d, -1, buf, sizeof buf)) > 0) append(&out, &len, &cap, buf, k);
+        while ((k = kvc_detok_push(d, -1, buf, sizeof buf)) > 0)
+            append(&out, &len, &cap, buf, k);
     }
-    while ((k = kvc_detok_flush(d, buf, sizeof buf)) > 0) append(&out, &len, &cap, buf, k);
+    while ((k = kvc_detok_flush(d, buf, sizeof buf)) > 0)
+        append(&out, &len, &cap, buf, k);
     kvc_detok_free(d);
     out[len] = 0;
     *out_n = len;
@@ -175,8 +188,10 @@ static char *detok_all(const kvc_tokenizer *t, const int32_t *ids, int n, size_t
 static void run_fixture(const char *name, int use_api) {
     g_model = NULL;
     char path[1024];
-    if (name[0] == '/') snprintf(path, sizeof path, "%s", name);
-    else snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/%s.txt", KVC_SOURCE_DIR, name);
+    if (name[0] == '/')
+        snprintf(path, sizeof path, "%s", name);
+    else
+        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/%s.txt", KVC_SOURCE_DIR, name);
     size_t size;
     char *fx = read_file(path, &size);
     if (!fx) fail_msg("cannot read fixture %s", path);
@@ -196,7 +211,8 @@ static void run_fixture(const char *name, int use_api) {
     char *chat_text = NULL;
     size_t chat_len = 0;
 
-    for (char *line = fx; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
+    for (char *line = fx; line && *line;
+         line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL) {
         const char *p = line;
         size_t kl;
         const char *kw = field(&p, &kl);
@@ -209,7 +225,9 @@ static void run_fixture(const char *name, int use_api) {
             if (vl == 6 && memcmp(v, "@model", 6) == 0) {
                 snprintf(vpath, sizeof vpath, "%s", KVC_MODEL_PATH);
                 if (!file_exists(vpath)) {
-                    fprintf(stderr, "  SKIP %s: default model not found at %s (run scripts/fetch-model)\n", name, vpath);
+                    fprintf(stderr,
+                            "  SKIP %s: default model not found at %s (run scripts/fetch-model)\n",
+                            name, vpath);
                     free(fx);
                     skip();
                 }
@@ -219,7 +237,8 @@ static void run_fixture(const char *name, int use_api) {
                 snprintf(vpath, sizeof vpath, "%s/%.*s", KVC_SOURCE_DIR, (int)vl, v);
             }
             if (use_api) {
-                if (kvc_model_load(vpath, &g_model) != KVC_OK) fail_msg("%s: %s", vpath, kvc_last_error());
+                if (kvc_model_load(vpath, &g_model) != KVC_OK)
+                    fail_msg("%s: %s", vpath, kvc_last_error());
                 t = (kvc_tokenizer *)kvc_model_tokenizer(g_model);
             } else {
                 t = load_tok(vpath, &g);
@@ -244,7 +263,9 @@ static void run_fixture(const char *name, int use_api) {
                 eog[atoi(f)] = 1;
             }
             for (int i = 0; i < nv; i++)
-                if ((g_model ? kvc_token_is_end(g_model, i) : kvc_tokenizer_is_end(t, i)) != eog[i]) fail_msg("%s: token %d: is_end %d, reference %d", name, i, kvc_tokenizer_is_end(t, i), eog[i]);
+                if ((g_model ? kvc_token_is_end(g_model, i) : kvc_tokenizer_is_end(t, i)) != eog[i])
+                    fail_msg("%s: token %d: is_end %d, reference %d", name, i,
+                             kvc_tokenizer_is_end(t, i), eog[i]);
             free(eog);
         } else if (KW("case")) {
             size_t l;
@@ -269,14 +290,17 @@ static void run_fixture(const char *name, int use_api) {
             free(ids);
             ids = malloc(((size_t)n + 1) * sizeof *ids);
             int n2 = 0;
-            assert_int_equal(tk_tokenize(t, case_text, case_n, add_bos, special, ids, n, &n2), KVC_OK);
+            assert_int_equal(tk_tokenize(t, case_text, case_n, add_bos, special, ids, n, &n2),
+                             KVC_OK);
             assert_int_equal(n, n2);
             c.cases++;
             if (n != n_ref || memcmp(ids, ref, (size_t)n * sizeof *ids) != 0) {
                 c.id_fail++;
-                fprintf(stderr, "  MISMATCH %s: case add_bos=%d special=%d text[%zu]=\"%.60s\"\n", name, add_bos, special, case_n, case_text);
+                fprintf(stderr, "  MISMATCH %s: case add_bos=%d special=%d text[%zu]=\"%.60s\"\n",
+                        name, add_bos, special, case_n, case_text);
                 int k = 0;
-                while (k < n && k < n_ref && ids[k] == ref[k]) k++;
+                while (k < n && k < n_ref && ids[k] == ref[k])
+                    k++;
                 fprintf(stderr, "    first difference at token %d\n", k);
                 print_ids("kvcomp", ids + (k > 5 ? k - 5 : 0), n - (k > 5 ? k - 5 : 0));
                 print_ids("llama.cpp", ref + (k > 5 ? k - 5 : 0), n_ref - (k > 5 ? k - 5 : 0));
@@ -297,7 +321,8 @@ static void run_fixture(const char *name, int use_api) {
                 }
                 if (len != en || memcmp(got, expect, en) != 0) {
                     c.text_fail++;
-                    fprintf(stderr, "  TEXT MISMATCH %s (show_special=%d): \"%.60s\"\n", name, sp, case_text);
+                    fprintf(stderr, "  TEXT MISMATCH %s (show_special=%d): \"%.60s\"\n", name, sp,
+                            case_text);
                 }
                 /* round trip through the incremental detokenizer (text without specials) */
                 if (sp == 0 && valid_utf8(expect, en)) {
@@ -324,7 +349,10 @@ static void run_fixture(const char *name, int use_api) {
                 c.pieces++;
                 if (k != (int)en || memcmp(pb, expect, en) != 0) {
                     c.piece_fail++;
-                    fprintf(stderr, "  PIECE MISMATCH %s: token %d show_special=%d: %d bytes, reference %zu\n", name, id, sp, k, en);
+                    fprintf(
+                        stderr,
+                        "  PIECE MISMATCH %s: token %d show_special=%d: %d bytes, reference %zu\n",
+                        name, id, sp, k, en);
                 }
                 free(expect);
             }
@@ -332,7 +360,8 @@ static void run_fixture(const char *name, int use_api) {
             size_t l;
             chat_add = atoi(field(&p, &l));
             chat_n = atoi(field(&p, &l));
-            for (int i = 0; i < n_msg_buf; i++) free(msg_buf[i]);
+            for (int i = 0; i < n_msg_buf; i++)
+                free(msg_buf[i]);
             n_msg_buf = 0;
             for (int i = 0; i < chat_n && i < 16; i++) {
                 const char *r = field(&p, &l);
@@ -352,7 +381,8 @@ static void run_fixture(const char *name, int use_api) {
             c.chats++;
             if (strlen(got) != en || memcmp(got, expect, en) != 0) {
                 c.chat_fail++;
-                fprintf(stderr, "  CHAT MISMATCH %s:\n--- got ---\n%s\n--- expected ---\n%s\n", name, got, expect);
+                fprintf(stderr, "  CHAT MISMATCH %s:\n--- got ---\n%s\n--- expected ---\n%s\n",
+                        name, got, expect);
             }
             free(chat_text);
             chat_text = got;
@@ -371,7 +401,9 @@ static void run_fixture(const char *name, int use_api) {
             int n = 0;
             free(ids);
             ids = malloc((chat_len + 8) * sizeof *ids);
-            assert_int_equal(tk_tokenize(t, chat_text, strlen(chat_text), 1, 1, ids, (int)chat_len + 8, &n), KVC_OK);
+            assert_int_equal(
+                tk_tokenize(t, chat_text, strlen(chat_text), 1, 1, ids, (int)chat_len + 8, &n),
+                KVC_OK);
             if (n != n_ref || memcmp(ids, ref, (size_t)n * sizeof *ids) != 0) {
                 c.chat_fail++;
                 fprintf(stderr, "  CHAT TOKENS MISMATCH %s\n", name);
@@ -379,11 +411,13 @@ static void run_fixture(const char *name, int use_api) {
         }
 #undef KW
     }
-    fprintf(stderr, "  %s: %d cases (%d id mismatches, %d text mismatches), %d pieces (%d mismatches), "
-                    "%d detok round trips (%d mismatches), %d chats (%d mismatches)\n",
-            name, c.cases, c.id_fail, c.text_fail, c.pieces, c.piece_fail, c.detok_checked, c.detok_fail, c.chats,
-            c.chat_fail);
-    for (int i = 0; i < n_msg_buf; i++) free(msg_buf[i]);
+    fprintf(stderr,
+            "  %s: %d cases (%d id mismatches, %d text mismatches), %d pieces (%d mismatches), "
+            "%d detok round trips (%d mismatches), %d chats (%d mismatches)\n",
+            name, c.cases, c.id_fail, c.text_fail, c.pieces, c.piece_fail, c.detok_checked,
+            c.detok_fail, c.chats, c.chat_fail);
+    for (int i = 0; i < n_msg_buf; i++)
+        free(msg_buf[i]);
     free(chat_text);
     free(case_text);
     free(ids);
@@ -404,18 +438,39 @@ static void run_fixture(const char *name, int use_api) {
     assert_int_equal(c.chat_fail, 0);
 }
 
-static void test_ref_smollm2(void **s) { (void)s; run_fixture("smollm2", 0); }
+static void test_ref_smollm2(void **s) {
+    (void)s;
+    run_fixture("smollm2", 0);
+}
 /* The same fixture through the public API of a loaded model (kvc_model_load). */
 static void test_ref_smollm2_public_api(void **s) {
     (void)s;
     run_fixture("smollm2", 1);
 }
-static void test_ref_smollm_mini(void **s) { (void)s; run_fixture("smollm-mini", 0); }
-static void test_ref_gpt2_mini(void **s) { (void)s; run_fixture("gpt2-mini", 0); }
-static void test_ref_default_mini(void **s) { (void)s; run_fixture("default-mini", 0); }
-static void test_ref_llama3_mini(void **s) { (void)s; run_fixture("llama3-mini", 0); }
-static void test_ref_qwen2_mini(void **s) { (void)s; run_fixture("qwen2-mini", 0); }
-static void test_ref_spm_mini(void **s) { (void)s; run_fixture("spm-mini", 0); }
+static void test_ref_smollm_mini(void **s) {
+    (void)s;
+    run_fixture("smollm-mini", 0);
+}
+static void test_ref_gpt2_mini(void **s) {
+    (void)s;
+    run_fixture("gpt2-mini", 0);
+}
+static void test_ref_default_mini(void **s) {
+    (void)s;
+    run_fixture("default-mini", 0);
+}
+static void test_ref_llama3_mini(void **s) {
+    (void)s;
+    run_fixture("llama3-mini", 0);
+}
+static void test_ref_qwen2_mini(void **s) {
+    (void)s;
+    run_fixture("qwen2-mini", 0);
+}
+static void test_ref_spm_mini(void **s) {
+    (void)s;
+    run_fixture("spm-mini", 0);
+}
 
 /* Fixtures made with --full-dir (uncut vocabularies, not committed), when
  * KVC_TOKENIZER_EXTRA_FIXTURES names their directory. */
@@ -433,11 +488,11 @@ static void test_extra_fixtures(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_ref_smollm2),     cmocka_unit_test(test_ref_smollm2_public_api),
-        cmocka_unit_test(test_ref_smollm_mini),
-        cmocka_unit_test(test_ref_gpt2_mini),   cmocka_unit_test(test_ref_default_mini),
-        cmocka_unit_test(test_ref_llama3_mini), cmocka_unit_test(test_ref_qwen2_mini),
-        cmocka_unit_test(test_ref_spm_mini),    cmocka_unit_test(test_extra_fixtures),
+        cmocka_unit_test(test_ref_smollm2),      cmocka_unit_test(test_ref_smollm2_public_api),
+        cmocka_unit_test(test_ref_smollm_mini),  cmocka_unit_test(test_ref_gpt2_mini),
+        cmocka_unit_test(test_ref_default_mini), cmocka_unit_test(test_ref_llama3_mini),
+        cmocka_unit_test(test_ref_qwen2_mini),   cmocka_unit_test(test_ref_spm_mini),
+        cmocka_unit_test(test_extra_fixtures),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

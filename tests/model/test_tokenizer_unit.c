@@ -37,8 +37,12 @@ static void raw(gw *w, const void *d, size_t n) {
     memcpy(w->p + w->n, d, n);
     w->n += n;
 }
-static void u32(gw *w, uint32_t v) { raw(w, &v, 4); }
-static void u64(gw *w, uint64_t v) { raw(w, &v, 8); }
+static void u32(gw *w, uint32_t v) {
+    raw(w, &v, 4);
+}
+static void u64(gw *w, uint64_t v) {
+    raw(w, &v, 8);
+}
 static void str(gw *w, const char *s) {
     u64(w, strlen(s));
     raw(w, s, strlen(s));
@@ -65,7 +69,8 @@ static void kv_arr_str(gw *w, const char *k, const char *const *v, size_t n) {
     key(w, k, KVC_GGUF_ARRAY);
     u32(w, KVC_GGUF_STRING);
     u64(w, n);
-    for (size_t i = 0; i < n; i++) str(w, v[i]);
+    for (size_t i = 0; i < n; i++)
+        str(w, v[i]);
 }
 static void kv_arr_f32(gw *w, const char *k, const float *v, size_t n) {
     key(w, k, KVC_GGUF_ARRAY);
@@ -123,7 +128,16 @@ static void spm_vocab(gw *w, int add_space_prefix) {
         tok[3 + b] = names[3 + b];
         type[3 + b] = 6;
     }
-    const char *normal[] = {"\xe2\x96\x81", "a", "b", "ab", "\xe2\x96\x81" "a", "\xe2\x96\x81" "ab", "c", "bc"};
+    const char *normal[] = {"\xe2\x96\x81",
+                            "a",
+                            "b",
+                            "ab",
+                            "\xe2\x96\x81"
+                            "a",
+                            "\xe2\x96\x81"
+                            "ab",
+                            "c",
+                            "bc"};
     const float sc[] = {-1.0f, -2.0f, -3.0f, -0.5f, -4.0f, -0.1f, -5.0f, -0.2f};
     for (int i = 0; i < 8; i++) {
         tok[T_SP + i] = normal[i];
@@ -138,27 +152,31 @@ static void spm_vocab(gw *w, int add_space_prefix) {
     kv_u32(w, "tokenizer.ggml.bos_token_id", 1);
     kv_u32(w, "tokenizer.ggml.eos_token_id", 2);
     if (!add_space_prefix) kv_bool(w, "tokenizer.ggml.add_space_prefix", 0);
-    kv_str(w, "tokenizer.chat_template", "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}");
+    kv_str(w, "tokenizer.chat_template",
+           "{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}");
 }
 
-static void expect_tokens(const kvc_tokenizer *t, const char *text, int add_bos, int special, const int32_t *want,
-                          int n_want) {
+static void expect_tokens(const kvc_tokenizer *t, const char *text, int add_bos, int special,
+                          const int32_t *want, int n_want) {
     int32_t got[64];
     int n = -1;
-    assert_int_equal(kvc_tokenizer_tokenize(t, text, strlen(text), add_bos, special, got, 64, &n), KVC_OK);
+    assert_int_equal(kvc_tokenizer_tokenize(t, text, strlen(text), add_bos, special, got, 64, &n),
+                     KVC_OK);
     if (n != n_want || memcmp(got, want, sizeof *got * (size_t)n) != 0) {
         fprintf(stderr, "text \"%s\": got", text);
-        for (int i = 0; i < n && i < 64; i++) fprintf(stderr, " %d", got[i]);
+        for (int i = 0; i < n && i < 64; i++)
+            fprintf(stderr, " %d", got[i]);
         fprintf(stderr, ", want");
-        for (int i = 0; i < n_want; i++) fprintf(stderr, " %d", want[i]);
+        for (int i = 0; i < n_want; i++)
+            fprintf(stderr, " %d", want[i]);
         fprintf(stderr, "\n");
         fail();
     }
 }
-#define EXPECT(t, text, bos, sp, ...)                                                                        \
-    do {                                                                                                    \
-        const int32_t w_[] = {__VA_ARGS__};                                                                 \
-        expect_tokens(t, text, bos, sp, w_, (int)(sizeof w_ / sizeof w_[0]));                               \
+#define EXPECT(t, text, bos, sp, ...)                                                              \
+    do {                                                                                           \
+        const int32_t w_[] = {__VA_ARGS__};                                                        \
+        expect_tokens(t, text, bos, sp, w_, (int)(sizeof w_ / sizeof w_[0]));                      \
     } while (0)
 #define BYTE(b) (3 + (b))
 
@@ -243,7 +261,8 @@ static void test_detok_holds_back(void **s) {
     assert_string_equal(out, "\xef\xbf\xbd");
     assert_int_equal(kvc_detok_push(d, BYTE(0xC3), out, sizeof out), 0);
     assert_int_equal(kvc_detok_push(d, T_A, out, sizeof out), 4);
-    assert_string_equal(out, "\xef\xbf\xbd" "a");
+    assert_string_equal(out, "\xef\xbf\xbd"
+                             "a");
     /* surrogates and overlongs are not let through */
     assert_int_equal(kvc_detok_push(d, BYTE(0xED), out, sizeof out), 0);
     assert_int_equal(kvc_detok_push(d, BYTE(0xA0), out, sizeof out), 6);
@@ -266,7 +285,8 @@ static void test_detok_holds_back(void **s) {
 
 /* ---- pre-tokenizers and Unicode ---------------------------------------------------- */
 
-static void expect_split(kvc_pretok kind, const char *text, const char *const *want, size_t n_want) {
+static void expect_split(kvc_pretok kind, const char *text, const char *const *want,
+                         size_t n_want) {
     uint32_t cps[256];
     size_t lens[256], n_words;
     size_t n = kvc_utf8_decode((const uint8_t *)text, strlen(text), cps);
@@ -281,15 +301,16 @@ static void expect_split(kvc_pretok kind, const char *text, const char *const *w
     }
     if (!ok) {
         fprintf(stderr, "split of \"%s\" (kind %d): got %zu words:", text, (int)kind, n_words);
-        for (size_t i = 0; i < n_words; i++) fprintf(stderr, " %zu", lens[i]);
+        for (size_t i = 0; i < n_words; i++)
+            fprintf(stderr, " %zu", lens[i]);
         fprintf(stderr, "\n");
         fail();
     }
 }
-#define SPLIT(kind, text, ...)                                                                              \
-    do {                                                                                                    \
-        const char *const w_[] = {__VA_ARGS__};                                                             \
-        expect_split(kind, text, w_, sizeof w_ / sizeof w_[0]);                                             \
+#define SPLIT(kind, text, ...)                                                                     \
+    do {                                                                                           \
+        const char *const w_[] = {__VA_ARGS__};                                                    \
+        expect_split(kind, text, w_, sizeof w_ / sizeof w_[0]);                                    \
     } while (0)
 
 static void test_pretokenizers_by_hand(void **s) {
@@ -303,7 +324,8 @@ static void test_pretokenizers_by_hand(void **s) {
     SPLIT(KVC_PRETOK_QWEN2, "x 12", "x", " ", "1", "2");
     SPLIT(KVC_PRETOK_SMOLLM, "abc123 x", "abc", "1", "2", "3", " x");
     SPLIT(KVC_PRETOK_DEFAULT, "a,b 12345", "a", ",", "b", " ", "123", "45");
-    SPLIT(KVC_PRETOK_GPT2, "\xe4\xbd\xa0\xe5\xa5\xbd \xd9\xa3\xd9\xa4", "\xe4\xbd\xa0\xe5\xa5\xbd", " \xd9\xa3\xd9\xa4");
+    SPLIT(KVC_PRETOK_GPT2, "\xe4\xbd\xa0\xe5\xa5\xbd \xd9\xa3\xd9\xa4", "\xe4\xbd\xa0\xe5\xa5\xbd",
+          " \xd9\xa3\xd9\xa4");
 }
 
 static void test_unicode_table(void **s) {
@@ -314,28 +336,31 @@ static void test_unicode_table(void **s) {
     assert_int_equal(kvc_ucat('\n'), KVC_UCAT_CONTROL | KVC_UCAT_SPACE);
     assert_int_equal(kvc_ucat('$'), KVC_UCAT_SYMBOL);
     assert_int_equal(kvc_ucat('_'), KVC_UCAT_PUNCT);
-    assert_int_equal(kvc_ucat(0x4E00), KVC_UCAT_LETTER);             /* CJK */
-    assert_int_equal(kvc_ucat(0x0663), KVC_UCAT_NUMBER);             /* Arabic-Indic three */
-    assert_int_equal(kvc_ucat(0x216B), KVC_UCAT_NUMBER);             /* Roman numeral twelve (Nl) */
-    assert_int_equal(kvc_ucat(0x0301), KVC_UCAT_MARK);               /* combining acute */
+    assert_int_equal(kvc_ucat(0x4E00), KVC_UCAT_LETTER); /* CJK */
+    assert_int_equal(kvc_ucat(0x0663), KVC_UCAT_NUMBER); /* Arabic-Indic three */
+    assert_int_equal(kvc_ucat(0x216B), KVC_UCAT_NUMBER); /* Roman numeral twelve (Nl) */
+    assert_int_equal(kvc_ucat(0x0301), KVC_UCAT_MARK);   /* combining acute */
     assert_int_equal(kvc_ucat(0x3000), KVC_UCAT_SEPARATOR | KVC_UCAT_SPACE);
     assert_int_equal(kvc_ucat(0x0085), KVC_UCAT_CONTROL | KVC_UCAT_SPACE);
-    assert_int_equal(kvc_ucat(0x1F600), KVC_UCAT_SYMBOL);            /* emoji */
+    assert_int_equal(kvc_ucat(0x1F600), KVC_UCAT_SYMBOL); /* emoji */
     assert_int_equal(kvc_ucat(0xFFFD), KVC_UCAT_SYMBOL);
-    assert_int_equal(kvc_ucat(0x0378), KVC_UCAT_UNDEFINED);          /* unassigned */
-    assert_int_equal(kvc_ucat(0xD800), KVC_UCAT_CONTROL);            /* surrogate */
+    assert_int_equal(kvc_ucat(0x0378), KVC_UCAT_UNDEFINED); /* unassigned */
+    assert_int_equal(kvc_ucat(0xD800), KVC_UCAT_CONTROL);   /* surrogate */
     assert_int_equal(kvc_ucat(0x10FFFF), KVC_UCAT_UNDEFINED);
     assert_int_equal(kvc_ucat(0x110000), KVC_UCAT_UNDEFINED);
-    assert_int_equal(kvc_ucat(0x1C), KVC_UCAT_CONTROL); /* not White_Space (Python's isspace says yes) */
+    assert_int_equal(kvc_ucat(0x1C),
+                     KVC_UCAT_CONTROL); /* not White_Space (Python's isspace says yes) */
     /* decoding: llama.cpp's rules */
     uint32_t cp[16];
     assert_int_equal(kvc_utf8_decode((const uint8_t *)"\xc3\xa9\xff\xc3", 4, cp), 3);
     assert_int_equal(cp[0], 0xE9);
     assert_int_equal(cp[1], 0xFFFD);
     assert_int_equal(cp[2], 0xFFFD);
-    assert_int_equal(kvc_utf8_decode((const uint8_t *)"\xf4\x90\x80\x80", 4, cp), 4); /* > U+10FFFF */
+    assert_int_equal(kvc_utf8_decode((const uint8_t *)"\xf4\x90\x80\x80", 4, cp),
+                     4); /* > U+10FFFF */
     assert_int_equal(cp[0], 0xFFFD);
-    assert_int_equal(kvc_utf8_decode((const uint8_t *)"\xed\xa0\x80", 3, cp), 1); /* surrogate kept */
+    assert_int_equal(kvc_utf8_decode((const uint8_t *)"\xed\xa0\x80", 3, cp),
+                     1); /* surrogate kept */
     assert_int_equal(cp[0], 0xD800);
 }
 
@@ -359,7 +384,8 @@ static kvc_tokenizer *load_fixture_vocab(const char *name, kvc_gguf **g) {
 }
 
 /* Tokenizes text and returns the concatenated pieces (show_special = 0). */
-static char *round_trip(const kvc_tokenizer *t, const char *text, size_t len, int special, size_t *out_n, int *n_tok) {
+static char *round_trip(const kvc_tokenizer *t, const char *text, size_t len, int special,
+                        size_t *out_n, int *n_tok) {
     int n = 0;
     assert_int_equal(kvc_tokenizer_tokenize(t, text, len, 0, special, NULL, 0, &n), KVC_OK);
     int32_t *ids = malloc(((size_t)n + 1) * sizeof *ids);
@@ -383,8 +409,20 @@ static char *round_trip(const kvc_tokenizer *t, const char *text, size_t len, in
 static void test_long_inputs(void **s) {
     (void)s;
     static const char *const vocabs[] = {"smollm-mini", "llama3-mini", "qwen2-mini", "spm-mini"};
-    static const char *const pieces[] = {"Hello", " world", "\xc3\xa9t\xc3\xa9", " \xe4\xbd\xa0\xe5\xa5\xbd", "\xf0\x9f\x91\x8b",
-                                         "12345", "\n", "\t", "  ", "<|im_start|>", "'s", "don't", ".", "\xd9\xa3"};
+    static const char *const pieces[] = {"Hello",
+                                         " world",
+                                         "\xc3\xa9t\xc3\xa9",
+                                         " \xe4\xbd\xa0\xe5\xa5\xbd",
+                                         "\xf0\x9f\x91\x8b",
+                                         "12345",
+                                         "\n",
+                                         "\t",
+                                         "  ",
+                                         "<|im_start|>",
+                                         "'s",
+                                         "don't",
+                                         ".",
+                                         "\xd9\xa3"};
     const size_t big = 1u << 20;
     char *text = malloc(big + 64), *rnd_bytes = malloc(big), *word = malloc(big);
     size_t tl = 0;
@@ -393,14 +431,16 @@ static void test_long_inputs(void **s) {
         memcpy(text + tl, p, strlen(p));
         tl += strlen(p);
     }
-    for (size_t i = 0; i < big; i++) rnd_bytes[i] = (char)rnd();
+    for (size_t i = 0; i < big; i++)
+        rnd_bytes[i] = (char)rnd();
     memset(word, 'a', big);
     for (size_t v = 0; v < sizeof vocabs / sizeof vocabs[0]; v++) {
         kvc_gguf *g;
         kvc_tokenizer *t = load_fixture_vocab(vocabs[v], &g);
         int spm = t->kind == KVC_TOK_SPM, n;
         size_t on;
-        /* a 1 MB text of mixed scripts round-trips exactly (SentencePiece adds one leading space) */
+        /* a 1 MB text of mixed scripts round-trips exactly (SentencePiece adds one leading space)
+         */
         char *o = round_trip(t, text, tl, 0, &on, &n);
         assert_int_equal(on, tl + (size_t)spm);
         assert_memory_equal(o + spm, text, tl);
@@ -432,7 +472,8 @@ static void test_mutated_vocab(void **s) {
     static const char *const names[] = {"smollm-mini", "spm-mini"};
     for (size_t v = 0; v < 2; v++) {
         char path[1024];
-        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/vocab-%s.gguf", KVC_SOURCE_DIR, names[v]);
+        snprintf(path, sizeof path, "%s/tests/fixtures/tokenizer/vocab-%s.gguf", KVC_SOURCE_DIR,
+                 names[v]);
         FILE *f = fopen(path, "rb");
         assert_non_null(f);
         fseek(f, 0, SEEK_END);
@@ -445,7 +486,8 @@ static void test_mutated_vocab(void **s) {
         for (int it = 0; it < 150; it++) {
             memcpy(buf, orig, n);
             int flips = 1 + (int)(rnd() % 8);
-            for (int k = 0; k < flips; k++) buf[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8));
+            for (int k = 0; k < flips; k++)
+                buf[rnd() % n] ^= (uint8_t)(1u << (rnd() % 8));
             kvc_gguf *g = NULL;
             if (kvc_gguf_parse(buf, n, &g) != KVC_OK) continue;
             kvc_tokenizer *t = NULL;
@@ -457,10 +499,12 @@ static void test_mutated_vocab(void **s) {
             }
             loaded++;
             char text[2048];
-            for (size_t i = 0; i < sizeof text; i++) text[i] = (char)(rnd() % 4 ? 'a' + rnd() % 26 : rnd());
+            for (size_t i = 0; i < sizeof text; i++)
+                text[i] = (char)(rnd() % 4 ? 'a' + rnd() % 26 : rnd());
             int32_t ids[4096];
             int nt = 0;
-            assert_int_equal(kvc_tokenizer_tokenize(t, text, sizeof text, 1, 1, ids, 4096, &nt), KVC_OK);
+            assert_int_equal(kvc_tokenizer_tokenize(t, text, sizeof text, 1, 1, ids, 4096, &nt),
+                             KVC_OK);
             kvc_detok *d;
             assert_int_equal(kvc_detok_create_tok(t, &d), KVC_OK);
             char out[256];
@@ -473,7 +517,8 @@ static void test_mutated_vocab(void **s) {
             kvc_tokenizer_free(t);
             kvc_gguf_close(g);
         }
-        fprintf(stderr, "  %s: %d mutants loaded, %d rejected by the tokenizer\n", names[v], loaded, rejected);
+        fprintf(stderr, "  %s: %d mutants loaded, %d rejected by the tokenizer\n", names[v], loaded,
+                rejected);
         free(orig);
         free(buf);
     }
@@ -487,7 +532,8 @@ static void expect_reject(gw *w, kvc_status want, const char *needle) {
     kvc_tokenizer *t;
     kvc_status st = gw_load(w, &buf, &g, &t);
     if (st != want || !strstr(kvc_last_error(), needle))
-        fail_msg("status %d (want %d), message \"%s\" (want it to name \"%s\")", st, want, kvc_last_error(), needle);
+        fail_msg("status %d (want %d), message \"%s\" (want it to name \"%s\")", st, want,
+                 kvc_last_error(), needle);
     assert_null(t);
     kvc_gguf_close(g);
     free(buf);
@@ -586,7 +632,8 @@ static void test_bad_metadata(void **s) {
 /* ---- chat formats --------------------------------------------------------------------------- */
 
 static void expect_chat(const char *tmpl, const char *kind, int add, const char *want) {
-    const kvc_chat_msg msgs[] = {{"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello."}, {"user", "Bye"}};
+    const kvc_chat_msg msgs[] = {
+        {"system", "Be brief."}, {"user", " Hi "}, {"assistant", "Hello."}, {"user", "Bye"}};
     char *got = NULL;
     assert_string_equal(kvc_chat_template_kind(tmpl), kind);
     assert_int_equal(kvc_chat_format(tmpl, msgs, 4, add, &got), KVC_OK);
@@ -598,7 +645,8 @@ static void test_chat_formats(void **s) {
     (void)s;
     expect_chat(NULL, "chatml", 1,
                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n"
-                "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n");
+                "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n<|im_"
+                "start|>assistant\n");
     expect_chat("{{ '<|start_header_id|>' + role + '<|end_header_id|>' }}", "llama3", 1,
                 "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
                 "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
@@ -609,21 +657,26 @@ static void test_chat_formats(void **s) {
                 "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\n Hi  [/INST]Hello.</s>[INST] Bye [/INST]");
     expect_chat("[INST] {{ content.strip() }} <<SYS>>", "llama2-sys-strip", 0,
                 "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST]Hello.</s>[INST] Bye [/INST]");
-    expect_chat("[INST]", "llama2", 0, "[INST] Be brief.\n Hi  [/INST]Hello.</s>[INST] Bye [/INST]");
-    expect_chat("[SYSTEM_PROMPT] [INST]", "mistral-v7", 1,
-                "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST]  Hi [/INST] Hello.</s>[INST] Bye[/INST]");
+    expect_chat("[INST]", "llama2", 0,
+                "[INST] Be brief.\n Hi  [/INST]Hello.</s>[INST] Bye [/INST]");
+    expect_chat(
+        "[SYSTEM_PROMPT] [INST]", "mistral-v7", 1,
+        "[SYSTEM_PROMPT] Be brief.[/SYSTEM_PROMPT][INST]  Hi [/INST] Hello.</s>[INST] Bye[/INST]");
     expect_chat("{{ something unknown }}", "chatml", 0,
                 "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n Hi <|im_end|>\n"
                 "<|im_start|>assistant\nHello.<|im_end|>\n<|im_start|>user\nBye<|im_end|>\n");
     /* a ChatML template's literal default system message is added when none is given
      * (escaped \n in the template text works too) */
-    const char *tmpl = "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are kind.<|im_end|>\\n' }}"
-                       "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>'}}";
+    const char *tmpl = "{% if messages[0]['role'] != 'system' %}{{ '<|im_start|>system\\nYou are "
+                       "kind.<|im_end|>\\n' }}"
+                       "{% endif %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] "
+                       "+ '<|im_end|>'}}";
     const kvc_chat_msg one[] = {{"user", "Hi"}};
     char *got = NULL;
     assert_int_equal(kvc_chat_format(tmpl, one, 1, 1, &got), KVC_OK);
-    assert_string_equal(got, "<|im_start|>system\nYou are kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-                             "<|im_start|>assistant\n");
+    assert_string_equal(
+        got, "<|im_start|>system\nYou are kind.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
+             "<|im_start|>assistant\n");
     free(got);
     assert_int_equal(kvc_chat_format(tmpl, NULL, 0, 1, &got), KVC_OK);
     assert_string_equal(got, "<|im_start|>assistant\n");
@@ -633,7 +686,8 @@ static void test_chat_formats(void **s) {
     assert_null(got);
 }
 
-/* ---- public API argument checks ---------------------------------------------------------------- */
+/* ---- public API argument checks ----------------------------------------------------------------
+ */
 
 static void test_api_args(void **s) {
     (void)s;
@@ -675,10 +729,10 @@ static void test_api_args(void **s) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_spm_by_hand),      cmocka_unit_test(test_detok_holds_back),
+        cmocka_unit_test(test_spm_by_hand),           cmocka_unit_test(test_detok_holds_back),
         cmocka_unit_test(test_pretokenizers_by_hand), cmocka_unit_test(test_unicode_table),
-        cmocka_unit_test(test_long_inputs),      cmocka_unit_test(test_bad_metadata),
-        cmocka_unit_test(test_chat_formats),     cmocka_unit_test(test_api_args),
+        cmocka_unit_test(test_long_inputs),           cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_chat_formats),          cmocka_unit_test(test_api_args),
         cmocka_unit_test(test_mutated_vocab),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
