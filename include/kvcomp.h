@@ -207,6 +207,29 @@ kvc_status kvc_sampler_create(const kvc_sampler_params *p, int n_vocab, kvc_samp
 void kvc_sampler_free(kvc_sampler *s);
 int32_t kvc_sampler_sample(kvc_sampler *s, const float *logits);
 
+/* ---- KVmix profiler ------------------------------------------------------- */
+
+typedef struct kvc_profile_params {
+    int n_prompts;      /* prompts sampled from the text; <= 0: 24 */
+    int prompt_len;     /* tokens per prompt (BOS included); <= 0: 512 */
+    double top_frac;    /* fraction of layers given high bits (K 3, V 4, RPC 0.2); < 0: 0.2 */
+    uint64_t seed;      /* prompt positions, and the ranking when `random` */
+    int random;         /* non-zero: no gradients; the top layers are drawn at random (ablation) */
+    const char *source; /* label written into the profile (e.g. the text's file name); may be NULL */
+} kvc_profile_params;
+
+/* The KVmix profiler (kvmix.md, "KV Importance Analysis"): samples prompts
+ * from `text`, runs forward and backward passes of the model in f32 (loss: mean
+ * next-token cross-entropy), averages the per-layer Frobenius norms
+ * ||dL/dW_k|| and ||dL/dW_v|| over prompts, ranks the layers, gives the top
+ * fraction high bits and the rest 2 bits, and writes the profile file that
+ * `--kv kvmix:profile=PATH` reads. Prints a progress line on a terminal and,
+ * if report (a FILE*) is not NULL, the ranking (one JSON object when json != 0).
+ * KVC_ERR_ARG when the text is shorter than one prompt. */
+kvc_status kvc_profile_kvmix(const kvc_model *m, const char *text, size_t len,
+                             const kvc_profile_params *p, const char *out_path, void *report,
+                             int json);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@ static const cmd k_cmds[] = {
     {"run", kvc_cli_run, "generate text from a prompt, then print speed and cache size"},
     {"chat", kvc_cli_chat, "interactive chat with the model (reads stdin)"},
     {"inspect", kvc_cli_inspect, "print a GGUF file's metadata and tensors"},
+    {"profile", kvc_cli_profile, "KVmix layer importance: gradient profile -> kvmix profile file"},
 };
 
 static void usage(FILE *f) {
