@@ -5,7 +5,9 @@
  * over weights laid out like the real file (98 MB, larger than the L3), so
  * the figure is memory-bound the way decode is. The ISA comes from KVC_ISA.
  *
- *   bench_matvec [-t threads] [-r reps] [-w q4_1|q8_0|...]  (layer type; default q4_1)
+ *   bench_matvec [-t threads] [-r reps] [-w q4_1|q8_0|...] [-c]
+ *   -w: the layers' weight type (default q4_1); -c: time with the process CPU
+ *   clock instead of the wall clock (meaningful with -t 1 on a shared machine)
  *
  * Prints one line per measurement: isa, case, type, shape, threads, MB, us, GB/s.
  * GB/s counts weight bytes only (the activation is a few KB). */
@@ -13,13 +15,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <immintrin.h>
 
 #include "base/threadpool.h"
 #include "model/wtype.h"
 
+/* Wall-clock time; with -c, process CPU time instead (for one thread on a
+ * shared machine: time the scheduler gave to other processes is left out). */
+static int use_cpu_clock;
 static double now(void) {
     struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
+    clock_gettime(use_cpu_clock ? CLOCK_PROCESS_CPUTIME_ID : CLOCK_MONOTONIC, &t);
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
@@ -66,6 +72,28 @@ static void bench_one(kvc_pool *pool, int threads, uint32_t type, int64_t rows, 
     free(w), free(x), free(y), free(t);
 }
 
+/* Read bandwidth reference: the pool sums a buffer of the model's size in
+ * 1 MB slices (AVX2 loads), measured in the same run as the model sweep. */
+typedef struct bw_job {
+    const uint8_t *buf;
+    size_t slice;
+    uint64_t sums[64];
+} bw_job;
+
+__attribute__((target("avx2"))) static void bw_task(void *ctx, int task, int thread) {
+    bw_job *j = ctx;
+    const __m256i *p = (const __m256i *)(j->buf + (size_t)task * j->slice);
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i < j->slice / 32; i += 4) {
+        s0 = _mm256_add_epi64(s0, _mm256_load_si256(p + i));
+        s1 = _mm256_add_epi64(s1, _mm256_load_si256(p + i + 1));
+        s2 = _mm256_add_epi64(s2, _mm256_load_si256(p + i + 2));
+        s3 = _mm256_add_epi64(s3, _mm256_load_si256(p + i + 3));
+    }
+    __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+    j->sums[thread & 63] += (uint64_t)_mm256_extract_epi64(s, 0) + (uint64_t)_mm256_extract_epi64(s, 3);
+}
+
 /* One decode token's matvecs of SmolLM2-135M. */
 enum { LAYERS = 30, DIM = 576, KV = 192, FFN = 1536, VOCAB = 49152 };
 typedef struct layer {
@@ -91,7 +119,14 @@ static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
     float *yq = malloc(DIM * 4), *yk = malloc(KV * 4), *yv = malloc(KV * 4), *yg = malloc(FFN * 4), *yu = malloc(FFN * 4);
     for (int i = 0; i < FFN; i++) x[i] = rnd();
     double *tl = malloc(reps * sizeof(double)), *to = malloc(reps * sizeof(double));
+    double *tb = malloc(reps * sizeof(double));
+    const size_t slice = 1 << 20, n_slices = 96;
+    bw_job bj = {.buf = aligned_alloc(64, slice * n_slices), .slice = slice};
+    memset((void *)bj.buf, 1, slice * n_slices);
     for (int rep = -2; rep < reps; rep++) {
+        double tb0 = now();
+        kvc_pool_run(pool, (int)n_slices, bw_task, &bj);
+        if (rep >= 0) tb[rep] = now() - tb0;
         double t0 = now();
         for (int l = 0; l < LAYERS; l++) {
             kvc_matvec_op qkv[3] = {{type, L[l].q, DIM, yq}, {type, L[l].k, KV, yk}, {type, L[l].v, KV, yv}};
@@ -106,6 +141,8 @@ static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
         double t2 = now();
         if (rep >= 0) tl[rep] = t1 - t0, to[rep] = t2 - t1;
     }
+    qsort(tb, reps, sizeof(double), cmp_d);
+    double bw = slice * n_slices / tb[reps / 2] / 1e9;
     qsort(tl, reps, sizeof(double), cmp_d);
     qsort(to, reps, sizeof(double), cmp_d);
     double ml = tl[reps / 2], mo = to[reps / 2];
@@ -116,6 +153,10 @@ static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
            out_bytes / 1e6, mo * 1e6, out_bytes / mo / 1e9);
     printf("%-7s model   all   one token            t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa, threads,
            (layer_bytes + out_bytes) / 1e6, (ml + mo) * 1e6, (layer_bytes + out_bytes) / (ml + mo) / 1e9);
+    printf("%-7s read    bandwidth reference        t=%d %8.3f MB %9.1f us %7.1f GB/s  (matvec at %.0f%%)\n",
+           isa, threads, slice * n_slices / 1e6, tb[reps / 2] * 1e6, bw,
+           100.0 * (layer_bytes + out_bytes) / (ml + mo) / 1e9 / bw);
+    free((void *)bj.buf), free(tb);
     for (int l = 0; l < LAYERS; l++) {
         free(L[l].q), free(L[l].k), free(L[l].v), free(L[l].o), free(L[l].gate), free(L[l].up), free(L[l].down);
     }
@@ -128,6 +169,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-c")) use_cpu_clock = 1;
         else if (!strcmp(argv[i], "-w") && i + 1 < argc) {
             const char *name = argv[++i];
             int found = 0;
@@ -137,7 +179,7 @@ int main(int argc, char **argv) {
             }
             if (!found) return fprintf(stderr, "unknown weight type %s\n", name), 2;
         } else {
-            fprintf(stderr, "usage: %s [-t threads] [-r reps] [-w layer_type]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t threads] [-r reps] [-w layer_type] [-c]\n", argv[0]);
             return 2;
         }
     }
@@ -145,6 +187,7 @@ int main(int argc, char **argv) {
     kvc_pool *pool;
     if (kvc_pool_create(threads, &pool) != KVC_OK) return 1;
     threads = kvc_pool_threads(pool);
+    if (use_cpu_clock && threads > 1) return fprintf(stderr, "-c needs -t 1\n"), 2;
     const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q4_0, KVC_WT_Q4_K, KVC_WT_Q5_K, KVC_WT_Q6_K,
                               KVC_WT_F16, KVC_WT_BF16, KVC_WT_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

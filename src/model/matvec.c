@@ -50,8 +50,13 @@ static void mv_task(void *ctx, int task, int thread) {
         const uint8_t *wr = w + (size_t)r * j->row_bytes[o];
         if (t->dot_rows) {
             t->dot_rows(wr, j->row_bytes[o], m, j->act[o], j->n, dst);
-        } else {
-            for (int64_t i = 0; i < m; i++) dst[i] = t->dot(wr + (size_t)i * j->row_bytes[o], j->act[o], j->n);
+        } else { /* software prefetch about 4 KB ahead (see the SIMD dot_rows kernels) */
+            const size_t rb = j->row_bytes[o], ahead = rb >= 4096 ? rb : (4096 / rb) * rb;
+            for (int64_t i = 0; i < m; i++) {
+                const uint8_t *row = wr + (size_t)i * rb;
+                for (size_t b = 0; b < rb; b += 64) __builtin_prefetch(row + ahead + b);
+                dst[i] = t->dot(row, j->act[o], j->n);
+            }
         }
         if (j->accumulate)
             for (int64_t i = 0; i < m; i++) y[r + i] += tmp[i];

@@ -3,6 +3,7 @@
 #define KVC_KERNELS_WT_AVX512_UTIL_H
 
 #include <immintrin.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define KVC_AINLINE static inline __attribute__((always_inline))
@@ -17,5 +18,22 @@ KVC_AINLINE __mmask32 kvc_mask32(int k) { return k >= 32 ? ~(__mmask32)0 : (__mm
 
 /* Mask of the first k bytes (0 <= k <= 64). */
 KVC_AINLINE __mmask64 kvc_mask64(int k) { return k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1); }
+
+/* Prefetch [p, p + bytes) into the cache ahead of use: the next rows of a
+ * streamed weight matrix (DRAM latency is longer than the out-of-order window). */
+KVC_AINLINE void kvc_prefetch_rows(const void *p, size_t bytes) {
+    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+}
+
+/* Bytes to prefetch ahead of the rows being computed, in whole groups of four
+ * rows: about 4 KB, the data a kernel consumes in a few DRAM latencies.
+ * Measured with bench/bench_matvec on the default model's weights (one
+ * thread): 2 KB gives 23.5 GB/s, 4 KB 27 GB/s, 6 and 8 KB no better, none
+ * 13-19 GB/s (see docs/benchmarks.md, "Weight matvec"). */
+enum { KVC_PREFETCH_BYTES = 4096 };
+KVC_AINLINE size_t kvc_prefetch_distance(size_t stride) {
+    size_t groups = (KVC_PREFETCH_BYTES + 2 * stride) / (4 * stride);
+    return (groups ? groups : 1) * 4 * stride;
+}
 
 #endif

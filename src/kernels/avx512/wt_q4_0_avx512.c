@@ -2,7 +2,7 @@
  * (four blocks per zmm, two vpdpbusd of the unsigned nibbles with the int8
  * activation, one FMA per four blocks) with the -8 offset applied as
  * -8*d_w*s_a, one FMA per 16 blocks. The f16 scales of 16 blocks (18 bytes
- * apart) come from one gather. Reference: src/model/wt_q4_0.c. */
+ * apart) come from masked loads and word permutes. Reference: src/model/wt_q4_0.c. */
 #include "kernels/avx512/wt_avx512_util.h"
 #include "model/wt_kernels.h"
 
@@ -107,7 +107,14 @@ static void dot_rows_q4_0_q8_0_avx512(const void *w, size_t stride, int64_t nrow
                                       int64_t n, float *y) {
     const uint8_t *p = w;
     int64_t r = 0;
-    for (; r + 4 <= nrows; r += 4) q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    /* software prefetch a fixed distance ahead, also past this call's rows (the
+     * next task's); prefetches never fault */
+    const size_t ahead = kvc_prefetch_distance(stride);
+    if (nrows >= 4) kvc_prefetch_rows(p + 4 * stride, ahead);
+    for (; r + 4 <= nrows; r += 4) {
+        kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);
+        q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    }
     for (; r < nrows; r++) q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
 }
 

@@ -5,8 +5,9 @@
  * block (regrouped once per step with two qword permutes) in two vpdpbusd,
  * so every 128-bit lane holds one block's integer partial sums; one
  * convert-and-FMA applies the per-block scale d_w*d_a. Scales and offsets of
- * 16 blocks come from one gather of the (d, m) dwords; the offset term
- * m_w*s_a is one FMA per 16 blocks. dot_rows runs four rows together so the
+ * 16 blocks come from masked loads and three dword permutes (a gather was
+ * measured twice as slow overall); the offset term m_w*s_a is one FMA per 16
+ * blocks. dot_rows runs four rows together so the
  * activation work is shared. Reference: src/model/wt_q4_1.c. */
 #include "kernels/avx512/wt_avx512_util.h"
 #include "model/wt_kernels.h"
@@ -27,18 +28,21 @@ KVC_AINLINE __m512i load_qs_partial(const kvc_blk_q4_1 *b, int v) {
     return z;
 }
 
-/* The (d, m) dwords of blocks b[0..gl) (dword 5i of the group) in lane i: five
- * masked loads and three permutes (cheaper than a gather on current cores). */
+/* The (d, m) dwords of blocks b[0..gl) (dword 5i of the group) in lane i, and
+ * zero in lanes >= gl (their scales multiply zero sums and must be finite):
+ * up to five masked loads and three permutes (cheaper than a gather). */
 KVC_AINLINE __m512i load_dm16(const kvc_blk_q4_1 *b, int gl) {
     const int32_t *p = (const int32_t *)b;
     const int nd = 5 * gl; /* dwords of the group that exist */
+    const __m512i idx = _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75);
+    if (gl <= 3) /* short tail group: one load */
+        return _mm512_maskz_permutexvar_epi32(kvc_mask16(gl), idx, _mm512_maskz_loadu_epi32(kvc_mask16(nd), p));
     __m512i z[5];
 #pragma GCC unroll 5
     for (int k = 0; k < 5; k++) {
         int c = nd - 16 * k;
         z[k] = _mm512_maskz_loadu_epi32(kvc_mask16(c <= 0 ? 0 : c >= 16 ? 16 : c), p + 16 * k);
     }
-    const __m512i idx = _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75);
     __m512i r01 = _mm512_permutex2var_epi32(z[0], idx, z[1]);  /* lanes 0..6 */
     __m512i r23 = _mm512_permutex2var_epi32(z[2], idx, z[3]);  /* lanes 7..12 (index mod 32) */
     __m512i r4 = _mm512_permutexvar_epi32(idx, z[4]);          /* lanes 13..15 (index mod 16) */
@@ -110,7 +114,14 @@ static void dot_rows_q4_1_q8_0_avx512(const void *w, size_t stride, int64_t nrow
                                       int64_t n, float *y) {
     const uint8_t *p = w;
     int64_t r = 0;
-    for (; r + 4 <= nrows; r += 4) q4_1_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    /* software prefetch a fixed distance ahead, also past this call's rows (the
+     * next task's); prefetches never fault */
+    const size_t ahead = kvc_prefetch_distance(stride);
+    if (nrows >= 4) kvc_prefetch_rows(p + 4 * stride, ahead);
+    for (; r + 4 <= nrows; r += 4) {
+        kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);
+        q4_1_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    }
     for (; r < nrows; r++) q4_1_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
 }
 

@@ -4,7 +4,8 @@
  * (xor 0x80) and the bias is removed through the activation block sums:
  * sum((w+128)*a) - 128*sum(a). Two blocks per zmm (one per 256-bit half),
  * one convert-and-FMA per two blocks with the per-block scale d_w*d_a; the
- * f16 scales of 16 blocks (34 bytes apart) come from one gather. dot_rows
+ * f16 scales of 16 blocks (34 bytes apart) come from masked loads and word
+ * permutes. dot_rows
  * runs four rows together. Reference: src/model/wt_q8_0.c. */
 #include "kernels/avx512/wt_avx512_util.h"
 #include "model/wt_kernels.h"
@@ -99,7 +100,14 @@ static void dot_rows_q8_0_q8_0_avx512(const void *w, size_t stride, int64_t nrow
                                       int64_t n, float *y) {
     const uint8_t *p = w;
     int64_t r = 0;
-    for (; r + 4 <= nrows; r += 4) q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    /* software prefetch a fixed distance ahead, also past this call's rows (the
+     * next task's); prefetches never fault */
+    const size_t ahead = kvc_prefetch_distance(stride);
+    if (nrows >= 4) kvc_prefetch_rows(p + 4 * stride, ahead);
+    for (; r + 4 <= nrows; r += 4) {
+        kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);
+        q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
+    }
     for (; r < nrows; r++) q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
 }
 
