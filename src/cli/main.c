@@ -17,6 +17,10 @@ static const cmd k_cmds[] = {
     {"run", kvc_cli_run, "generate text from a prompt, then print speed and cache size"},
     {"chat", kvc_cli_chat, "interactive chat with the model (reads stdin)"},
     {"inspect", kvc_cli_inspect, "print a GGUF file's metadata and tensors"},
+    {"methods", kvc_cli_methods, "list the KV cache methods for --kv with their parameters"},
+    {"eval", kvc_cli_eval, "quality against full:f32: eval kl (KL, top-1, ppl) | eval ruler"},
+    {"bench", kvc_cli_bench, "speed: bench bw | attn (one layer, up to 1M tokens) | decode"},
+    {"dump-kv", kvc_cli_dump_kv, "save a model's post-RoPE K/V for a text (for bench attn)"},
     {"profile", kvc_cli_profile, "KVmix layer importance: gradient profile -> kvmix profile file"},
 };
 

@@ -97,29 +97,63 @@ static void compare(void *user, int i, const float *logits) {
     kvc_kl_position(c->ref_lp, logits, (int)c->n_vocab, c->truth[i], c->scratch, &c->pos[i]);
 }
 
-/* Dense path: the continuation as prompt chunks (prefill_all). */
-static kvc_status dense_check(kl_job *job, const float *ref, double *max_abs, double *max_logit) {
-    const int n_cont = job->p->n_cont;
-    const size_t nv = (size_t)job->n_vocab;
-    float *all = malloc(sizeof(float) * nv * (size_t)n_cont);
-    KVC_CHECK(all, KVC_ERR_NOMEM, "no memory for %d x %zu dense logits", n_cont, nv);
-    kvc_ctx *ctx = NULL;
-    kvc_status st = make_ctx(job, "full:f32", &ctx);
-    if (st == KVC_OK) st = prefill_context(job, ctx);
-    if (st == KVC_OK) st = kvc_ctx_prefill_all(ctx, job->tokens + job->p->n_ctx, n_cont, all);
-    if (st == KVC_OK) {
-        double mx = 0, ml = 0;
-        for (size_t i = 0; i < nv * (size_t)n_cont; i++) {
-            double d = fabs((double)all[i] - (double)ref[i]);
-            mx = d > mx || isnan(d) ? (isnan(d) ? INFINITY : d) : mx;
-            ml = fabs(ref[i]) > ml ? fabs(ref[i]) : ml;
+/* max |a - b| and mean KL(softmax a || softmax b) over n rows of nv logits. */
+static void compare_rows(const float *a, const float *b, int n, size_t nv, float *la, float *lb,
+                         double *max_abs, double *kl_mean) {
+    double mx = 0, kl = 0;
+    for (int i = 0; i < n; i++) {
+        const float *x = a + (size_t)i * nv, *y = b + (size_t)i * nv;
+        for (size_t v = 0; v < nv; v++) {
+            double d = fabs((double)x[v] - (double)y[v]);
+            mx = isnan(d) ? INFINITY : d > mx ? d : mx;
         }
-        *max_abs = mx;
-        *max_logit = ml;
-        job->done += n_cont;
+        kvc_log_softmax(x, (int)nv, la);
+        kvc_log_softmax(y, (int)nv, lb);
+        kl += kvc_kl_logprobs(la, lb, (int)nv);
+    }
+    *max_abs = mx;
+    *kl_mean = kl / n;
+}
+
+/* Dense checks with full:f32 (see eval_kl.h). */
+static kvc_status dense_check(kl_job *job, const float *ref, kvc_eval_kl_report *rep, float *la,
+                              float *lb) {
+    const int n_ctx = job->p->n_ctx, n_cont = job->p->n_cont, total = n_ctx + n_cont;
+    const size_t nv = (size_t)job->n_vocab;
+    float *chunk = malloc(sizeof(float) * nv * (size_t)n_cont);
+    float *all = malloc(sizeof(float) * nv * (size_t)total);
+    kvc_status st = chunk && all ? KVC_OK
+                                 : kvc_fail(KVC_ERR_NOMEM, "dense check: no memory for %d x %zu "
+                                                           "logits", total, nv);
+    kvc_ctx *ctx = NULL;
+    if (st == KVC_OK) st = make_ctx(job, "full:f32", &ctx);
+    if (st == KVC_OK) st = prefill_context(job, ctx);
+    if (st == KVC_OK) st = kvc_ctx_prefill_all(ctx, job->tokens + n_ctx, n_cont, chunk);
+    kvc_ctx_free(ctx);
+    ctx = NULL;
+    if (st == KVC_OK) { /* one dense chunk over everything */
+        kvc_ctx_params cp = {0};
+        cp.n_ctx = total;
+        cp.n_threads = job->p->n_threads;
+        cp.n_batch = total;
+        cp.kv_spec = "full:f32";
+        st = kvc_ctx_create(job->m, &cp, &ctx);
+        if (st == KVC_OK) st = kvc_ctx_prefill_all(ctx, job->tokens, total, all);
+        kvc_ctx_free(ctx);
+    }
+    if (st == KVC_OK) {
+        double ml = 0;
+        for (size_t i = 0; i < nv * (size_t)n_cont; i++) ml = fabs(ref[i]) > ml ? fabs(ref[i]) : ml;
+        rep->dense_max_abs_logit = ml;
+        compare_rows(ref, chunk, n_cont, nv, la, lb, &rep->decode_max_abs_dlogit,
+                     &rep->decode_kl_mean);
+        compare_rows(chunk, all + (size_t)n_ctx * nv, n_cont, nv, la, lb,
+                     &rep->chunked_max_abs_dlogit, &rep->chunked_kl_mean);
+        rep->dense_checked = 1;
+        job->done += (int64_t)n_cont + total;
         kvc_progress_update(job->prog, job->done);
     }
-    kvc_ctx_free(ctx);
+    free(chunk);
     free(all);
     return st;
 }
@@ -145,7 +179,6 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
     rep->n_cont = p->n_cont;
     rep->n_vocab = info.n_vocab;
     rep->n_threads = p->n_threads > 0 ? p->n_threads : kvc_default_threads();
-    rep->dense_max_abs_dlogit = -1;
     rep->methods = calloc((size_t)(n_specs > 0 ? n_specs : 1), sizeof *rep->methods);
     float *ref = malloc(sizeof(float) * nv * (size_t)p->n_cont);
     float *logits = malloc(sizeof(float) * nv);
@@ -160,7 +193,7 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
 
     kvc_progress prog;
     int64_t per_run = (int64_t)p->n_ctx + p->n_cont;
-    kvc_progress_begin(&prog, "eval kl", per_run * (n_specs + 1 + (p->dense_check ? 1 : 0)));
+    kvc_progress_begin(&prog, "eval kl", per_run * (n_specs + 1 + (p->dense_check ? 2 : 0)));
     kl_job job = {m, tokens, p, info.n_vocab, &prog, 0};
 
     if (st == KVC_OK) { /* the reference, once */
@@ -175,8 +208,7 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
             rep->ref_ppl = exp(nll / p->n_cont);
         }
     }
-    if (st == KVC_OK && p->dense_check)
-        st = dense_check(&job, ref, &rep->dense_max_abs_dlogit, &rep->dense_max_abs_logit);
+    if (st == KVC_OK && p->dense_check) st = dense_check(&job, ref, rep, ref_lp, scratch);
 
     for (int k = 0; st == KVC_OK && k < n_specs; k++) {
         kvc_eval_kl_method *r = &rep->methods[k];
@@ -186,7 +218,7 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
         r->status = run_one(&job, specs[k], logits, compare, &cs, &r->stats, &r->seconds);
         if (r->status != KVC_OK) {
             snprintf(r->error, sizeof r->error, "%s", kvc_last_error());
-            job.done = per_run * (k + 2 + (p->dense_check ? 1 : 0)); /* skip its share */
+            job.done = per_run * (k + 2 + (p->dense_check ? 2 : 0)); /* skip its share */
             continue;
         }
         r->max_abs_dlogit = cs.max_abs;

@@ -9,10 +9,18 @@
  * steps, so every scored logit comes from attention over the cache. The text
  * must hold n_ctx + n_cont + 1 tokens.
  *
- * Optionally (dense_check) the reference decode logits are compared with the
- * engine's dense path: the same n_ctx prefill, then the n_cont tokens run as
- * prompt chunks (prefill_all, attention within the chunk dense), giving the max
- * |Δlogit| between the cache's decode attention and dense attention. */
+ * Optionally (dense_check) the cache is checked against dense attention with
+ * full:f32, two ways, each as max |Δlogit| and mean KL over the scored
+ * positions:
+ *   decode:  the reference decode logits against the same continuation run as
+ *            one prompt chunk after the same prefill (prefill_all). This also
+ *            includes the difference between the decode matvec (int8
+ *            activations, as llama.cpp) and the prefill GEMM (f32).
+ *   chunked: that chunked run against one single dense chunk over all
+ *            n_ctx + n_cont tokens (no attention through the cache at all);
+ *            both use the GEMM path, so this isolates the cache's attention
+ *            over the compressed-past path. Needs (n_ctx + n_cont) x n_vocab
+ *            logits of memory. */
 #ifndef KVC_EVAL_KL_H
 #define KVC_EVAL_KL_H
 
@@ -44,8 +52,10 @@ typedef struct kvc_eval_kl_report {
     double ref_ppl;                /* perplexity of full:f32 over the continuation */
     double ref_seconds;
     kvc_cache_stats ref_stats;
-    double dense_max_abs_dlogit;   /* dense_check: max |Δ| decode vs dense; -1 if not run */
-    double dense_max_abs_logit;    /* dense_check: largest |logit| seen, for scale */
+    int dense_checked;             /* the dense check ran */
+    double dense_max_abs_logit;    /* largest |reference logit|, for scale */
+    double decode_max_abs_dlogit, decode_kl_mean;   /* decode vs one prompt chunk */
+    double chunked_max_abs_dlogit, chunked_kl_mean; /* chunked prefill vs one dense chunk */
     int n_methods;
     kvc_eval_kl_method *methods;   /* malloc'd; free with kvc_eval_kl_report_free */
 } kvc_eval_kl_report;

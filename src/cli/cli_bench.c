@@ -1,0 +1,479 @@
+/* `kvcomp bench bw | attn | decode` (DESIGN.md §6: speed is measured by
+ * benchmarks, never by timed tests): flags, tables and --json. The work is in
+ * src/eval (bench_bw.c, bench_attn.c, bench_decode.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "eval/bench_attn.h"
+#include "eval/bench_bw.h"
+#include "eval/bench_decode.h"
+#include "eval/eval_input.h"
+#include "eval/kvdump.h"
+#include "eval/report.h"
+#include "kvcomp.h"
+
+#define MAX_SPECS 32
+#define MAX_CTXS 32
+
+static int flag(int argc, char **argv, int *i, const char *s, const char *l, const char **val,
+                int *bad) {
+    const char *a = argv[*i];
+    size_t n = strlen(l);
+    if (strncmp(a, l, n) == 0 && a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (strcmp(a, l) != 0 && !(s && strcmp(a, s) == 0)) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvcomp bench: %s needs a value\n", a);
+        *bad = 1;
+        return 1;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+static int int_flag(const char *name, const char *v, long long lo, long long hi, int *out) {
+    long long x;
+    if (kvc_arg_int(name, v, lo, hi, &x) != 0) return 1;
+    *out = (int)x;
+    return 0;
+}
+
+/* "4096,64k,1M" -> token counts (k = 1024, M = 1048576). Returns 0 or 2. */
+static int parse_ctx_list(const char *list, int *ctxs, int *n) {
+    *n = 0;
+    const char *p = list;
+    while (*p) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        if (end == p) goto bad;
+        if (*end == 'k' || *end == 'K') v *= 1024, end++;
+        else if (*end == 'm' || *end == 'M') v *= 1024 * 1024, end++;
+        if (v < 1 || v > (1 << 24) || (*end != ',' && *end != '\0') || *n == MAX_CTXS) goto bad;
+        ctxs[(*n)++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (*n > 0) return 0;
+bad:
+    fprintf(stderr,
+            "kvcomp bench: --ctx '%s': expected up to %d comma-separated token counts in "
+            "[1, 16M] (suffix k or M allowed)\n",
+            list, MAX_CTXS);
+    return 2;
+}
+
+static int split_specs(const char *cmd, const char *list, char **specs, int *n) {
+    if (kvc_spec_list_split(list, specs, MAX_SPECS, n) != KVC_OK) {
+        fprintf(stderr, "kvcomp bench %s: %s\n", cmd, kvc_last_error());
+        return 2;
+    }
+    for (int i = 0; i < *n; i++) {
+        if (kvc_method_validate(specs[i]) != KVC_OK) {
+            fprintf(stderr, "kvcomp bench %s: --kv '%s': %s\n", cmd, specs[i], kvc_last_error());
+            kvc_spec_list_free(specs, *n);
+            return 2;
+        }
+    }
+    return 0;
+}
+
+/* ---- bench bw ------------------------------------------------------------------- */
+
+static int bench_bw(int argc, char **argv) {
+    int mib = 1024, runs = 7, threads = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int bad = 0;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: kvcomp bench bw [--size MIB] [--runs N] [-t N] [--json]\n\n"
+                   "Measured read bandwidth: all threads sum a buffer (default 1024 MiB) with\n"
+                   "the widest vector loads of the active ISA; the best of --runs (default 7).\n");
+            return 0;
+        } else if (flag(argc, argv, &i, NULL, "--size", &v, &bad)) {
+            bad = bad || int_flag("--size", v, 64, 1 << 16, &mib);
+        } else if (flag(argc, argv, &i, NULL, "--runs", &v, &bad)) {
+            bad = bad || int_flag("--runs", v, 1, 1000, &runs);
+        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
+            bad = bad || int_flag("-t", v, 1, 1024, &threads);
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            fprintf(stderr, "kvcomp bench bw: unknown option '%s'\n", argv[i]);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    kvc_bench_bw_result r;
+    if (kvc_bench_bw((size_t)mib << 20, runs, threads, &r) != KVC_OK) {
+        fprintf(stderr, "kvcomp bench bw: %s\n", kvc_last_error());
+        return 1;
+    }
+    if (json) {
+        kvc_json j;
+        kvc_json_init(&j, stdout, 1);
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_str(&j, "command", "bench bw");
+        kvc_report_machine_json(&j, r.n_threads);
+        kvc_json_kv_uint(&j, "bytes", r.bytes);
+        kvc_json_kv_int(&j, "runs", r.runs);
+        kvc_json_kv_num(&j, "best_gbps", r.best_gbps);
+        kvc_json_kv_num(&j, "median_gbps", r.median_gbps);
+        kvc_json_obj_end(&j);
+        kvc_json_finish(&j);
+    } else {
+        char cpu[256];
+        kvc_report_cpu_name(cpu, sizeof cpu);
+        printf("bench bw: %s, %d threads, %s loads, %zu MiB x %d runs\n", cpu, r.n_threads,
+               kvc_isa_name(kvc_active_isa()), r.bytes >> 20, r.runs);
+        printf("read bandwidth: best %.2f GB/s, median %.2f GB/s\n", r.best_gbps, r.median_gbps);
+    }
+    return 0;
+}
+
+/* ---- bench attn ------------------------------------------------------------------- */
+
+static const char k_attn_usage[] =
+    "usage: kvcomp bench attn [--ctx LIST] [--kv LIST] [-m MODEL | --heads Q --kv-heads K\n"
+    "                         --head-dim D] [--dump FILE [--dump-layer L]] [--layers N]\n"
+    "                         [--reps N] [--min-time S] [--seed S] [-t N] [--no-bw] [--json]\n\n"
+    "Decode attention of one layer, all heads, at each --ctx, for every method of --kv in\n"
+    "the same run (put the baseline first: ratios are against it). K/V are synthetic, or\n"
+    "one layer of a `kvcomp dump-kv` file repeated to the length. The cache is filled through\n"
+    "the method's append path; each timed step reads one of --layers caches in turn, so that\n"
+    "steps read memory, not the CPU cache. Reports time per step (median, best), the bytes\n"
+    "the method holds per layer, effective GB/s, the fraction of the read bandwidth measured\n"
+    "by `bench bw` at the start of the run, and the time ratio to the first method.\n\n"
+    "options:\n"
+    "      --ctx LIST     token counts, k/M suffixes (default 4k,16k,64k,256k,1M)\n"
+    "      --kv LIST      methods (default full:f16,full:bf16,full:f32)\n"
+    "  -m, --model FILE   take the head shape from a model (default shape: 9 q heads,\n"
+    "                     3 kv heads, head dim 64, as SmolLM2-135M)\n"
+    "      --heads Q, --kv-heads K, --head-dim D   the shape by hand\n"
+    "      --dump FILE    K/V from a dump (its shape wins); --dump-layer L (default middle)\n"
+    "      --layers N     caches cycled per step (default: 256 MiB of f16 K/V, 1..32)\n"
+    "      --reps N       at least N timed steps per layer (default 5)\n"
+    "      --min-time S   and at least S seconds per method and ctx (default 0.5)\n"
+    "      --seed S       synthetic K/V seed (default 1)\n"
+    "  -t, --threads N    worker threads (default: one per CPU)\n"
+    "      --no-bw        skip the bandwidth measurement (no %bw column)\n"
+    "      --json         print one JSON object instead of the table\n";
+
+static int bench_attn(int argc, char **argv) {
+    const char *ctx_list = "4k,16k,64k,256k,1M", *kv = "full:f16,full:bf16,full:f32";
+    const char *model = NULL, *dump = NULL;
+    int heads = 9, kv_heads = 3, head_dim = 64, dump_layer = -1, layers = 0, reps = 0;
+    int threads = 0, no_bw = 0, json = 0;
+    long long seed = 1;
+    double min_time = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int bad = 0;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(k_attn_usage, stdout);
+            return 0;
+        } else if (flag(argc, argv, &i, NULL, "--ctx", &v, &bad)) {
+            ctx_list = v;
+        } else if (flag(argc, argv, &i, NULL, "--kv", &v, &bad)) {
+            kv = v;
+        } else if (flag(argc, argv, &i, "-m", "--model", &v, &bad)) {
+            model = v;
+        } else if (flag(argc, argv, &i, NULL, "--heads", &v, &bad)) {
+            bad = bad || int_flag("--heads", v, 1, 1024, &heads);
+        } else if (flag(argc, argv, &i, NULL, "--kv-heads", &v, &bad)) {
+            bad = bad || int_flag("--kv-heads", v, 1, 1024, &kv_heads);
+        } else if (flag(argc, argv, &i, NULL, "--head-dim", &v, &bad)) {
+            bad = bad || int_flag("--head-dim", v, 1, 1024, &head_dim);
+        } else if (flag(argc, argv, &i, NULL, "--dump", &v, &bad)) {
+            dump = v;
+        } else if (flag(argc, argv, &i, NULL, "--dump-layer", &v, &bad)) {
+            bad = bad || int_flag("--dump-layer", v, 0, 1023, &dump_layer);
+        } else if (flag(argc, argv, &i, NULL, "--layers", &v, &bad)) {
+            bad = bad || int_flag("--layers", v, 1, 1024, &layers);
+        } else if (flag(argc, argv, &i, NULL, "--reps", &v, &bad)) {
+            bad = bad || int_flag("--reps", v, 1, 100000, &reps);
+        } else if (flag(argc, argv, &i, NULL, "--min-time", &v, &bad)) {
+            bad = bad || kvc_arg_float("--min-time", v, 0.0, 3600.0, &min_time) != 0;
+        } else if (flag(argc, argv, &i, NULL, "--seed", &v, &bad)) {
+            bad = bad || kvc_arg_int("--seed", v, 0, INT64_MAX, &seed) != 0;
+        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
+            bad = bad || int_flag("-t", v, 1, 1024, &threads);
+        } else if (strcmp(argv[i], "--no-bw") == 0) {
+            no_bw = 1;
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            fprintf(stderr, "kvcomp bench attn: unknown option '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    if (heads % kv_heads != 0) {
+        fprintf(stderr, "kvcomp bench attn: --heads %d is not a multiple of --kv-heads %d\n",
+                heads, kv_heads);
+        return 2;
+    }
+    int ctxs[MAX_CTXS], n_ctxs = 0, n_specs = 0;
+    char *specs[MAX_SPECS];
+    if (parse_ctx_list(ctx_list, ctxs, &n_ctxs) || split_specs("attn", kv, specs, &n_specs))
+        return 2;
+    if (model) {
+        kvc_model *m = NULL;
+        if (kvc_model_load(model, &m) != KVC_OK) {
+            fprintf(stderr, "kvcomp bench attn: %s: %s\n", model, kvc_last_error());
+            kvc_spec_list_free(specs, n_specs);
+            return 1;
+        }
+        kvc_model_info info;
+        kvc_model_info_get(m, &info);
+        heads = info.n_heads, kv_heads = info.n_kv_heads, head_dim = info.head_dim;
+        kvc_model_free(m);
+    }
+    kvc_kvdump_header dh = {0};
+    if (dump) {
+        if (kvc_kvdump_read_header(dump, &dh) != KVC_OK) {
+            fprintf(stderr, "kvcomp bench attn: --dump: %s\n", kvc_last_error());
+            kvc_spec_list_free(specs, n_specs);
+            return 1;
+        }
+        heads = (int)dh.n_heads, kv_heads = (int)dh.n_kv_heads, head_dim = (int)dh.head_dim;
+        if (dump_layer < 0) dump_layer = (int)dh.n_layers / 2;
+    }
+    kvc_bench_bw_result bw = {0};
+    if (!no_bw && kvc_bench_bw(0, 5, threads, &bw) != KVC_OK) {
+        fprintf(stderr, "kvcomp bench attn: bandwidth: %s\n", kvc_last_error());
+        kvc_spec_list_free(specs, n_specs);
+        return 1;
+    }
+    kvc_bench_attn_params p = {heads, kv_heads, head_dim, ctxs, n_ctxs, threads, layers, reps,
+                               min_time, (uint64_t)seed, dump, dump_layer, bw.best_gbps};
+    kvc_bench_attn_row *rows = calloc((size_t)n_ctxs * n_specs, sizeof *rows);
+    if (!rows || kvc_bench_attn_run(&p, specs, n_specs, rows) != KVC_OK) {
+        fprintf(stderr, "kvcomp bench attn: %s\n", rows ? kvc_last_error() : "no memory");
+        free(rows);
+        kvc_spec_list_free(specs, n_specs);
+        return 1;
+    }
+    int n_threads = threads > 0 ? threads : kvc_default_threads();
+    if (json) {
+        kvc_json j;
+        kvc_json_init(&j, stdout, 1);
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_str(&j, "command", "bench attn");
+        kvc_report_machine_json(&j, n_threads);
+        kvc_json_kv_int(&j, "n_heads", heads);
+        kvc_json_kv_int(&j, "n_kv_heads", kv_heads);
+        kvc_json_kv_int(&j, "head_dim", head_dim);
+        kvc_json_kv_str(&j, "kv_source", dump ? dump : "synthetic");
+        if (dump) kvc_json_kv_int(&j, "dump_layer", dump_layer);
+        if (no_bw) {
+            kvc_json_key(&j, "bw_gbps");
+            kvc_json_null(&j);
+        } else {
+            kvc_json_kv_num(&j, "bw_gbps", bw.best_gbps);
+        }
+        kvc_json_key(&j, "rows");
+        kvc_json_arr_begin(&j);
+        for (int i = 0; i < n_ctxs * n_specs; i++) {
+            const kvc_bench_attn_row *r = &rows[i];
+            kvc_json_obj_begin(&j);
+            kvc_json_kv_int(&j, "ctx", r->ctx);
+            kvc_json_kv_str(&j, "spec", r->spec);
+            kvc_json_kv_bool(&j, "ok", r->status == KVC_OK);
+            if (r->status != KVC_OK) kvc_json_kv_str(&j, "error", r->error);
+            kvc_json_kv_int(&j, "layers", r->n_layers);
+            kvc_json_kv_int(&j, "steps", r->reps);
+            kvc_json_kv_num(&j, "median_us", r->median_s * 1e6);
+            kvc_json_kv_num(&j, "best_us", r->best_s * 1e6);
+            kvc_json_kv_num(&j, "bytes_per_layer", r->held_bytes);
+            kvc_json_kv_num(&j, "gbps", r->gbps);
+            kvc_json_kv_num(&j, "frac_bw", r->frac_bw);
+            kvc_json_kv_num(&j, "ratio_vs_first", r->ratio);
+            kvc_json_kv_num(&j, "fill_s", r->fill_s);
+            kvc_report_stats_json(&j, "cache", &r->stats);
+            kvc_json_obj_end(&j);
+        }
+        kvc_json_arr_end(&j);
+        kvc_json_obj_end(&j);
+        kvc_json_finish(&j);
+    } else {
+        char cpu[256];
+        kvc_report_cpu_name(cpu, sizeof cpu);
+        printf("bench attn: one layer, %d q heads / %d kv heads x %d, %s K/V | %s, %d threads, "
+               "%s\n",
+               heads, kv_heads, head_dim, dump ? dump : "synthetic", cpu, n_threads,
+               kvc_isa_name(kvc_active_isa()));
+        if (!no_bw) printf("read bandwidth (bench bw, this run): %.2f GB/s\n", bw.best_gbps);
+        printf("\n%9s  %-22s %6s %6s %11s %11s %10s %7s %6s %8s\n", "ctx", "method", "layers",
+               "steps", "median us", "best us", "MiB/layer", "GB/s", "%bw", "x first");
+        for (int i = 0; i < n_ctxs * n_specs; i++) {
+            const kvc_bench_attn_row *r = &rows[i];
+            if (r->status != KVC_OK) {
+                printf("%9d  %-22s failed: %s\n", r->ctx, r->spec, r->error);
+                continue;
+            }
+            printf("%9d  %-22s %6d %6d %11.1f %11.1f %10.2f %7.2f %6.1f %8.3f\n", r->ctx, r->spec,
+                   r->n_layers, r->reps, r->median_s * 1e6, r->best_s * 1e6,
+                   r->held_bytes / (1024.0 * 1024.0), r->gbps,
+                   isnan(r->frac_bw) ? NAN : 100 * r->frac_bw, r->ratio);
+        }
+    }
+    int failed = 0;
+    for (int i = 0; i < n_ctxs * n_specs; i++) failed |= rows[i].status != KVC_OK;
+    free(rows);
+    kvc_spec_list_free(specs, n_specs);
+    return failed;
+}
+
+/* ---- bench decode ------------------------------------------------------------------ */
+
+static const char k_decode_usage[] =
+    "usage: kvcomp bench decode [-m MODEL] [--ctx N] [-n N] [--kv LIST] [--text FILE]\n"
+    "                           [-t N] [-b N] [--json]\n\n"
+    "End-to-end speed: prefill --ctx tokens of a text (repeated if short), then -n decode\n"
+    "steps; decode tokens/s with the time split into weights, attention, cache management\n"
+    "and the rest, for every method of --kv.\n\n"
+    "options:\n"
+    "  -m, --model FILE   GGUF model (default " KVC_DEFAULT_MODEL ")\n"
+    "      --ctx N        context tokens before decoding (default 8192)\n"
+    "  -n, --n-gen N      decode steps timed (default 64)\n"
+    "      --kv LIST      methods (default full:f16,full:bf16,full:f32)\n"
+    "      --text FILE    text for the tokens (default data/alice.txt)\n"
+    "  -t, --threads N    worker threads (default: one per CPU)\n"
+    "  -b, --batch-size N prefill chunk (default 512)\n"
+    "      --json         print one JSON object instead of the table\n";
+
+static int bench_decode(int argc, char **argv) {
+    const char *model = KVC_DEFAULT_MODEL, *kv = "full:f16,full:bf16,full:f32";
+    const char *text_path = "data/alice.txt";
+    int n_ctx = 8192, n_gen = 64, threads = 0, batch = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int bad = 0;
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            fputs(k_decode_usage, stdout);
+            return 0;
+        } else if (flag(argc, argv, &i, "-m", "--model", &v, &bad)) {
+            model = v;
+        } else if (flag(argc, argv, &i, "-c", "--ctx", &v, &bad)) {
+            bad = bad || int_flag("--ctx", v, 1, 1 << 23, &n_ctx);
+        } else if (flag(argc, argv, &i, "-n", "--n-gen", &v, &bad)) {
+            bad = bad || int_flag("-n", v, 1, 1 << 20, &n_gen);
+        } else if (flag(argc, argv, &i, NULL, "--kv", &v, &bad)) {
+            kv = v;
+        } else if (flag(argc, argv, &i, NULL, "--text", &v, &bad)) {
+            text_path = v;
+        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
+            bad = bad || int_flag("-t", v, 1, 1024, &threads);
+        } else if (flag(argc, argv, &i, "-b", "--batch-size", &v, &bad)) {
+            bad = bad || int_flag("-b", v, 1, 65536, &batch);
+        } else if (strcmp(argv[i], "--json") == 0) {
+            json = 1;
+        } else {
+            fprintf(stderr, "kvcomp bench decode: unknown option '%s' (see --help)\n", argv[i]);
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    char *specs[MAX_SPECS];
+    int n_specs = 0;
+    if (split_specs("decode", kv, specs, &n_specs)) return 2;
+    kvc_model *m = NULL;
+    char *text = NULL;
+    size_t text_len = 0;
+    int32_t *toks = NULL;
+    int n_toks = 0, rc = 1;
+    kvc_bench_decode_row *rows = calloc((size_t)n_specs, sizeof *rows);
+    kvc_bench_decode_params p = {n_ctx, n_gen, threads, batch};
+    if (!rows) {
+        fprintf(stderr, "kvcomp bench decode: no memory\n");
+    } else if (kvc_eval_read_file(text_path, (size_t)64 << 20, &text, &text_len) != KVC_OK ||
+               kvc_model_load(model, &m) != KVC_OK ||
+               kvc_tokenize_all(m, text, text_len, &toks, &n_toks) != KVC_OK ||
+               kvc_bench_decode_run(m, toks, n_toks, &p, specs, n_specs, rows) != KVC_OK) {
+        fprintf(stderr, "kvcomp bench decode: %s\n", kvc_last_error());
+    } else {
+        rc = 0;
+    }
+    if (rc == 0) {
+        kvc_model_info info;
+        kvc_model_info_get(m, &info);
+        int n_threads = threads > 0 ? threads : kvc_default_threads();
+        if (json) {
+            kvc_json j;
+            kvc_json_init(&j, stdout, 1);
+            kvc_json_obj_begin(&j);
+            kvc_json_kv_str(&j, "command", "bench decode");
+            kvc_json_kv_str(&j, "model", model);
+            kvc_json_kv_str(&j, "model_name", info.name);
+            kvc_report_machine_json(&j, n_threads);
+            kvc_json_kv_int(&j, "ctx", n_ctx);
+            kvc_json_kv_int(&j, "n_gen", n_gen);
+            kvc_json_key(&j, "rows");
+            kvc_json_arr_begin(&j);
+            for (int k = 0; k < n_specs; k++) {
+                const kvc_bench_decode_row *r = &rows[k];
+                kvc_json_obj_begin(&j);
+                kvc_json_kv_str(&j, "spec", r->spec);
+                kvc_json_kv_bool(&j, "ok", r->status == KVC_OK);
+                if (r->status != KVC_OK) kvc_json_kv_str(&j, "error", r->error);
+                kvc_json_kv_num(&j, "prefill_tok_s", r->prefill_tok_s);
+                kvc_json_kv_num(&j, "decode_tok_s", r->decode_tok_s);
+                kvc_json_kv_num(&j, "decode_s", r->decode_s);
+                kvc_json_kv_num(&j, "weights_s", r->weights_s);
+                kvc_json_kv_num(&j, "attention_s", r->attention_s);
+                kvc_json_kv_num(&j, "cache_s", r->cache_s);
+                kvc_json_kv_num(&j, "other_s", r->other_s);
+                kvc_report_stats_json(&j, "cache", &r->stats);
+                kvc_json_obj_end(&j);
+            }
+            kvc_json_arr_end(&j);
+            kvc_json_obj_end(&j);
+            kvc_json_finish(&j);
+        } else {
+            printf("bench decode: %s | ctx %d, %d decode steps | %d threads, %s\n",
+                   *info.name ? info.name : model, n_ctx, n_gen, n_threads,
+                   kvc_isa_name(kvc_active_isa()));
+            printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s\n", "method", "prefill t/s",
+                   "decode t/s", "ms/token", "weights%", "attn%", "cache%", "other%");
+            for (int k = 0; k < n_specs; k++) {
+                const kvc_bench_decode_row *r = &rows[k];
+                if (r->status != KVC_OK) {
+                    printf("%-22s failed: %s\n", r->spec, r->error);
+                    continue;
+                }
+                double d = r->decode_s;
+                printf("%-22s %10.1f %10.2f %10.2f %10.1f %10.1f %10.1f %10.1f\n", r->spec,
+                       r->prefill_tok_s, r->decode_tok_s, 1e3 * d / n_gen,
+                       100 * r->weights_s / d, 100 * r->attention_s / d, 100 * r->cache_s / d,
+                       100 * r->other_s / d);
+            }
+        }
+        for (int k = 0; k < n_specs; k++) rc |= rows[k].status != KVC_OK;
+    }
+    free(rows);
+    free(toks);
+    free(text);
+    kvc_model_free(m);
+    kvc_spec_list_free(specs, n_specs);
+    return rc;
+}
+
+int kvc_cli_bench(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "bw") == 0) return bench_bw(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "attn") == 0) return bench_attn(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "decode") == 0) return bench_decode(argc - 1, argv + 1);
+    int help = argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0);
+    FILE *f = help ? stdout : stderr;
+    if (argc >= 2 && !help) fprintf(stderr, "kvcomp bench: unknown benchmark '%s'\n\n", argv[1]);
+    fprintf(f, "usage: kvcomp bench bw|attn|decode [options]   (kvcomp bench attn --help)\n"
+               "  bw      measured read bandwidth of the machine\n"
+               "  attn    decode attention of one layer at up to 1M tokens, per method\n"
+               "  decode  end-to-end decode tokens/s at a context length, per method\n");
+    return help ? 0 : 2;
+}

@@ -1,0 +1,529 @@
+/* `kvcomp eval kl | ruler`: quality of KV cache methods against the dense
+ * f32 cache (DESIGN.md §6) — flags, the terminal table, --json and --plot.
+ * The work itself is in src/eval (eval_kl.c, eval_ruler.c). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/json.h"
+#include "cli/args.h"
+#include "cli/cli.h"
+#include "eval/eval_input.h"
+#include "eval/eval_kl.h"
+#include "eval/eval_ruler.h"
+#include "eval/plot.h"
+#include "eval/report.h"
+#include "kvcomp.h"
+
+#define DEFAULT_TEXT "data/alice.txt"
+#define MAX_SPECS 32
+
+typedef struct eval_opts {
+    const char *model, *text, *kv, *plot, *task;
+    int ctx, cont, threads, batch, json, dense_check, len, samples, verbose;
+    long long seed;
+} eval_opts;
+
+static const char k_kl_usage[] =
+    "usage: kvcomp eval kl [-m MODEL] [--text FILE] [--ctx N] [--cont N] [--kv A,B,...]\n"
+    "                      [-t N] [-b N] [--dense-check] [--json] [--plot OUT.png]\n\n"
+    "Prefills --ctx tokens of a text (chunks of -b attend to the compressed past), then\n"
+    "teacher-forces --cont tokens through decode with every method of --kv and once with\n"
+    "full:f32 as the reference. Reports, per method, what llama.cpp's perplexity tool\n"
+    "reports for quantization: KL divergence (mean, median, p99, max), same-top-token rate,\n"
+    "change of the true token's probability (mean, rms), perplexity ratio; plus bytes per\n"
+    "token and bits per element of the cache.\n\n"
+    "options:\n"
+    "  -m, --model FILE     GGUF model (default " KVC_DEFAULT_MODEL ")\n"
+    "      --text FILE      text to evaluate on (default " DEFAULT_TEXT ")\n"
+    "      --ctx N          context tokens (default 8192)\n"
+    "      --cont N         scored continuation tokens (default 256)\n"
+    "      --kv LIST        methods, comma-separated (default full:f16,full:bf16)\n"
+    "  -t, --threads N      worker threads (default: one per CPU)\n"
+    "  -b, --batch-size N   prefill chunk (default 512)\n"
+    "      --dense-check    also compare the reference decode logits with dense prefill\n"
+    "      --json           print one JSON object instead of the table\n"
+    "      --plot FILE      PNG of KL mean against bytes per token (gnuplot)\n";
+
+static const char k_ruler_usage[] =
+    "usage: kvcomp eval ruler [-m MODEL] [--text FILE] [--task T[,T...]|all] [--len N]\n"
+    "                         [--samples N] [--seed S] [--kv A,B,...] [-t N] [-b N]\n"
+    "                         [--json] [--plot OUT.png] [--verbose]\n\n"
+    "RULER-style retrieval tasks generated from a haystack text with a seed: needles at\n"
+    "random depths, the question at the end, the model's chat template, greedy decoding of\n"
+    "a few tokens, exact-match scoring (the fraction of expected values in the output).\n"
+    "Every method of --kv sees the same samples.\n\n"
+    "options:\n"
+    "  -m, --model FILE     GGUF model (default " KVC_DEFAULT_MODEL ")\n"
+    "      --text FILE      haystack text (default " DEFAULT_TEXT ")\n"
+    "      --task LIST      niah_single, niah_multikey, niah_multivalue, niah_multiquery,\n"
+    "                       passkey, vt, or all (default niah_single)\n"
+    "      --len N          tokens per sample: prompt + answer (default 4096)\n"
+    "      --samples N      samples per task (default 50)\n"
+    "      --seed S         generator seed (default 1)\n"
+    "      --kv LIST        methods, comma-separated (default full:f16,full:bf16)\n"
+    "  -t, --threads N      worker threads (default: one per CPU)\n"
+    "  -b, --batch-size N   prefill chunk (default 512)\n"
+    "      --json           print one JSON object instead of the table\n"
+    "      --plot FILE      PNG of mean accuracy against bytes per token (gnuplot)\n"
+    "      --verbose        print every sample's answer to stderr\n";
+
+/* Matches "--flag VALUE" / "--flag=VALUE" / a short alias; *bad set on a missing value. */
+static int flag(int argc, char **argv, int *i, const char *s, const char *l, const char **val,
+                int *bad) {
+    const char *a = argv[*i];
+    size_t n = strlen(l);
+    if (strncmp(a, l, n) == 0 && a[n] == '=') {
+        *val = a + n + 1;
+        return 1;
+    }
+    if (strcmp(a, l) != 0 && !(s && strcmp(a, s) == 0)) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "kvcomp eval: %s needs a value\n", a);
+        *bad = 1;
+        return 1;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+static int int_flag(const char *name, const char *v, long long lo, long long hi, int *out) {
+    long long x;
+    if (kvc_arg_int(name, v, lo, hi, &x) != 0) return 1;
+    *out = (int)x;
+    return 0;
+}
+
+/* Returns 0 ok, 1 help printed, 2 bad usage. */
+static int parse(int argc, char **argv, eval_opts *o, int ruler) {
+    const char *usage = ruler ? k_ruler_usage : k_kl_usage;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL, *a = argv[i];
+        int bad = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            fputs(usage, stdout);
+            return 1;
+        } else if (flag(argc, argv, &i, "-m", "--model", &v, &bad)) {
+            o->model = v;
+        } else if (flag(argc, argv, &i, NULL, "--text", &v, &bad)) {
+            o->text = v;
+        } else if (flag(argc, argv, &i, NULL, "--kv", &v, &bad)) {
+            o->kv = v;
+        } else if (flag(argc, argv, &i, NULL, "--plot", &v, &bad)) {
+            o->plot = v;
+        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
+            bad = bad || int_flag("-t", v, 1, 1024, &o->threads);
+        } else if (flag(argc, argv, &i, "-b", "--batch-size", &v, &bad)) {
+            bad = bad || int_flag("-b", v, 1, 65536, &o->batch);
+        } else if (strcmp(a, "--json") == 0) {
+            o->json = 1;
+        } else if (!ruler && flag(argc, argv, &i, "-c", "--ctx", &v, &bad)) {
+            bad = bad || int_flag("--ctx", v, 1, 1 << 22, &o->ctx);
+        } else if (!ruler && flag(argc, argv, &i, NULL, "--cont", &v, &bad)) {
+            bad = bad || int_flag("--cont", v, 1, 1 << 16, &o->cont);
+        } else if (!ruler && strcmp(a, "--dense-check") == 0) {
+            o->dense_check = 1;
+        } else if (ruler && flag(argc, argv, &i, NULL, "--task", &v, &bad)) {
+            o->task = v;
+        } else if (ruler && flag(argc, argv, &i, NULL, "--len", &v, &bad)) {
+            bad = bad || int_flag("--len", v, 128, 1 << 22, &o->len);
+        } else if (ruler && flag(argc, argv, &i, NULL, "--samples", &v, &bad)) {
+            bad = bad || int_flag("--samples", v, 1, 1 << 20, &o->samples);
+        } else if (ruler && flag(argc, argv, &i, NULL, "--seed", &v, &bad)) {
+            bad = bad || kvc_arg_int("--seed", v, 0, INT64_MAX, &o->seed) != 0;
+        } else if (ruler && strcmp(a, "--verbose") == 0) {
+            o->verbose = 1;
+        } else {
+            fprintf(stderr, "kvcomp eval %s: unknown option '%s' (see kvcomp eval %s --help)\n",
+                    ruler ? "ruler" : "kl", a, ruler ? "ruler" : "kl");
+            return 2;
+        }
+        if (bad) return 2;
+    }
+    return 0;
+}
+
+/* Model, text and the method list, shared by both subcommands. */
+typedef struct eval_setup {
+    kvc_model *m;
+    kvc_model_info info;
+    char *text;
+    size_t text_len;
+    char *specs[MAX_SPECS];
+    int n_specs;
+} eval_setup;
+
+static void setup_free(eval_setup *s) {
+    kvc_spec_list_free(s->specs, s->n_specs);
+    free(s->text);
+    kvc_model_free(s->m);
+}
+
+static int setup_open(eval_setup *s, const eval_opts *o, const char *cmd) {
+    memset(s, 0, sizeof *s);
+    if (kvc_spec_list_split(o->kv, s->specs, MAX_SPECS, &s->n_specs) != KVC_OK) {
+        fprintf(stderr, "kvcomp eval %s: %s\n", cmd, kvc_last_error());
+        return 2;
+    }
+    for (int i = 0; i < s->n_specs; i++) {
+        if (kvc_method_validate(s->specs[i]) != KVC_OK) {
+            fprintf(stderr, "kvcomp eval %s: --kv '%s': %s\n", cmd, s->specs[i], kvc_last_error());
+            return 2;
+        }
+    }
+    if (kvc_eval_read_file(o->text, (size_t)64 << 20, &s->text, &s->text_len) != KVC_OK) {
+        fprintf(stderr, "kvcomp eval %s: --text: %s\n", cmd, kvc_last_error());
+        return 1;
+    }
+    if (kvc_model_load(o->model, &s->m) != KVC_OK) {
+        fprintf(stderr, "kvcomp eval %s: %s: %s\n", cmd, o->model, kvc_last_error());
+        return 1;
+    }
+    kvc_model_info_get(s->m, &s->info);
+    return 0;
+}
+
+static void print_plot(const char *path, const char *title, const char *ylabel,
+                       kvc_plot_point *pts, int n, int log_y) {
+    kvc_plot pl = {title, "cache bytes per token (all layers)", ylabel, log_y};
+    if (kvc_plot_png(path, &pl, pts, n) != KVC_OK)
+        fprintf(stderr, "kvcomp eval: %s\n", kvc_last_error());
+    else
+        fprintf(stderr, "kvcomp eval: wrote %s\n", path);
+}
+
+/* ---- eval kl ------------------------------------------------------------------ */
+
+static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_report *r) {
+    char hb[32];
+    kvc_report_human_bytes(kvc_report_held_bytes(&r->ref_stats), hb, sizeof hb);
+    printf("eval kl: %s | text %s | ctx %d + cont %d tokens | %d threads, %s\n",
+           *s->info.name ? s->info.name : o->model, o->text, r->n_ctx, r->n_cont, r->n_threads,
+           kvc_isa_name(kvc_active_isa()));
+    printf("reference full:f32: ppl %.4f | %.0f bytes/token | cache %s | %.1f s\n", r->ref_ppl,
+           r->ref_stats.bytes_per_token, hb, r->ref_seconds);
+    if (r->dense_checked) {
+        printf("dense check (full:f32, max |logit| %.3g):\n", r->dense_max_abs_logit);
+        printf("  decode through the cache vs the same tokens as one prompt chunk: max |dlogit| "
+               "%.3g, KL mean %.3g\n",
+               r->decode_max_abs_dlogit, r->decode_kl_mean);
+        printf("  chunked prefill through the cache vs one dense chunk:            max |dlogit| "
+               "%.3g, KL mean %.3g\n",
+               r->chunked_max_abs_dlogit, r->chunked_kl_mean);
+    }
+    printf("\n%-24s %9s %7s %6s %10s %10s %10s %10s %7s %9s %8s %9s %7s\n", "method",
+           "bytes/tok", "bits/el", "x f16", "KL mean", "KL median", "KL p99", "KL max", "same%",
+           "dp mean", "dp rms", "ppl ratio", "time s");
+    for (int k = 0; k < r->n_methods; k++) {
+        const kvc_eval_kl_method *m = &r->methods[k];
+        if (m->status != KVC_OK) {
+            printf("%-24s failed: %s\n", m->spec, m->error);
+            continue;
+        }
+        printf("%-24s %9.1f %7.2f %6.2f %10.3g %10.3g %10.3g %10.3g %7.2f %9.2e %8.2e %9.5f %7.1f\n",
+               m->spec, m->stats.bytes_per_token, m->stats.bits_per_element,
+               m->stats.ratio_vs_f16, m->q.kl.mean, m->q.kl.median, m->q.kl.p99, m->q.kl.max,
+               100 * m->q.same_top, m->q.dp_mean, m->q.dp_rms, m->q.ppl_ratio, m->seconds);
+    }
+}
+
+static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_report *r) {
+    kvc_json j;
+    kvc_json_init(&j, stdout, 1);
+    kvc_json_obj_begin(&j);
+    kvc_json_kv_str(&j, "command", "eval kl");
+    kvc_json_kv_str(&j, "model", o->model);
+    kvc_json_kv_str(&j, "model_name", s->info.name);
+    kvc_json_kv_str(&j, "text", o->text);
+    kvc_json_kv_int(&j, "ctx", r->n_ctx);
+    kvc_json_kv_int(&j, "cont", r->n_cont);
+    kvc_json_kv_int(&j, "batch", o->batch > 0 ? o->batch : 512);
+    kvc_report_machine_json(&j, r->n_threads);
+    kvc_json_key(&j, "reference");
+    kvc_json_obj_begin(&j);
+    kvc_json_kv_str(&j, "spec", "full:f32");
+    kvc_json_kv_num(&j, "ppl", r->ref_ppl);
+    kvc_json_kv_num(&j, "seconds", r->ref_seconds);
+    kvc_report_stats_json(&j, "cache", &r->ref_stats);
+    kvc_json_obj_end(&j);
+    kvc_json_key(&j, "dense_check");
+    if (r->dense_checked) {
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_num(&j, "max_abs_logit", r->dense_max_abs_logit);
+        kvc_json_kv_num(&j, "decode_max_abs_dlogit", r->decode_max_abs_dlogit);
+        kvc_json_kv_num(&j, "decode_kl_mean", r->decode_kl_mean);
+        kvc_json_kv_num(&j, "chunked_max_abs_dlogit", r->chunked_max_abs_dlogit);
+        kvc_json_kv_num(&j, "chunked_kl_mean", r->chunked_kl_mean);
+        kvc_json_obj_end(&j);
+    } else {
+        kvc_json_null(&j);
+    }
+    kvc_json_key(&j, "methods");
+    kvc_json_arr_begin(&j);
+    for (int k = 0; k < r->n_methods; k++) {
+        const kvc_eval_kl_method *m = &r->methods[k];
+        char canon[512];
+        kvc_report_canonical_spec(m->spec, canon, sizeof canon);
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_str(&j, "spec", m->spec);
+        kvc_json_kv_str(&j, "canonical", canon);
+        kvc_json_kv_bool(&j, "ok", m->status == KVC_OK);
+        if (m->status != KVC_OK) {
+            kvc_json_kv_str(&j, "error", m->error);
+            kvc_json_obj_end(&j);
+            continue;
+        }
+        kvc_json_key(&j, "kl");
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_num(&j, "mean", m->q.kl.mean);
+        kvc_json_kv_num(&j, "median", m->q.kl.median);
+        kvc_json_kv_num(&j, "p99", m->q.kl.p99);
+        kvc_json_kv_num(&j, "max", m->q.kl.max);
+        kvc_json_obj_end(&j);
+        kvc_json_kv_num(&j, "same_top", m->q.same_top);
+        kvc_json_kv_num(&j, "dp_mean", m->q.dp_mean);
+        kvc_json_kv_num(&j, "dp_rms", m->q.dp_rms);
+        kvc_json_kv_num(&j, "ppl", m->q.ppl_method);
+        kvc_json_kv_num(&j, "ppl_ratio", m->q.ppl_ratio);
+        kvc_json_kv_num(&j, "max_abs_dlogit", m->max_abs_dlogit);
+        kvc_json_kv_num(&j, "seconds", m->seconds);
+        kvc_report_stats_json(&j, "cache", &m->stats);
+        kvc_json_obj_end(&j);
+    }
+    kvc_json_arr_end(&j);
+    kvc_json_obj_end(&j);
+    kvc_json_finish(&j);
+}
+
+static int eval_kl(int argc, char **argv) {
+    eval_opts o = {.model = KVC_DEFAULT_MODEL, .text = DEFAULT_TEXT, .kv = "full:f16,full:bf16",
+                   .ctx = 8192, .cont = 256};
+    int rc = parse(argc, argv, &o, 0);
+    if (rc) return rc == 1 ? 0 : 2;
+    eval_setup s;
+    if ((rc = setup_open(&s, &o, "kl")) != 0) {
+        setup_free(&s);
+        return rc;
+    }
+    int32_t *toks = NULL;
+    int n_toks = 0;
+    kvc_eval_kl_report r;
+    kvc_eval_kl_params p = {o.ctx, o.cont, o.threads, o.batch, o.dense_check};
+    if (kvc_tokenize_all(s.m, s.text, s.text_len, &toks, &n_toks) != KVC_OK ||
+        kvc_eval_kl_run(s.m, toks, n_toks, &p, s.specs, s.n_specs, &r) != KVC_OK) {
+        fprintf(stderr, "kvcomp eval kl: %s\n", kvc_last_error());
+        free(toks);
+        setup_free(&s);
+        return 1;
+    }
+    if (o.json) kl_json(&o, &s, &r);
+    else kl_table(&o, &s, &r);
+    int failed = 0;
+    if (o.plot) {
+        kvc_plot_point pts[MAX_SPECS];
+        int n = 0;
+        for (int k = 0; k < r.n_methods; k++) {
+            if (r.methods[k].status != KVC_OK) continue;
+            pts[n++] = (kvc_plot_point){r.methods[k].spec, r.methods[k].stats.bytes_per_token,
+                                        r.methods[k].q.kl.mean};
+        }
+        char title[256];
+        snprintf(title, sizeof title, "eval kl: %s, ctx %d + %d, KL vs full:f32",
+                 *s.info.name ? s.info.name : o.model, r.n_ctx, r.n_cont);
+        print_plot(o.plot, title, "KL divergence, mean (nats)", pts, n, 0);
+    }
+    for (int k = 0; k < r.n_methods; k++) failed |= r.methods[k].status != KVC_OK;
+    kvc_eval_kl_report_free(&r);
+    free(toks);
+    setup_free(&s);
+    return failed;
+}
+
+/* ---- eval ruler ----------------------------------------------------------------- */
+
+static int parse_tasks(const char *list, kvc_ruler_task *tasks, int *n) {
+    *n = 0;
+    if (strcmp(list, "all") == 0) {
+        for (int t = 0; t < KVC_RULER_N_TASKS; t++) tasks[(*n)++] = (kvc_ruler_task)t;
+        return 0;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        kvc_ruler_task task;
+        if (kvc_ruler_task_parse(t, &task) != KVC_OK) {
+            fprintf(stderr, "kvcomp eval ruler: %s\n", kvc_last_error());
+            return 2;
+        }
+        for (int i = 0; i < *n; i++)
+            if (tasks[i] == task) {
+                fprintf(stderr, "kvcomp eval ruler: --task %s given twice\n", t);
+                return 2;
+            }
+        if (*n == KVC_RULER_N_TASKS) return 2;
+        tasks[(*n)++] = task;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "kvcomp eval ruler: --task: empty list\n");
+        return 2;
+    }
+    return 0;
+}
+
+static void on_sample(void *user, kvc_ruler_task task, int index, const char *spec,
+                      const kvc_ruler_sample *s, const char *output, double score) {
+    (void)user;
+    fprintf(stderr, "[%s #%d %s] score %.2f, expected", kvc_ruler_task_name(task), index, spec,
+            score);
+    for (int i = 0; i < s->n_answers; i++) fprintf(stderr, " %s", s->answers[i]);
+    fprintf(stderr, " | depth");
+    for (int i = 0; i < s->n_needles; i++) fprintf(stderr, " %.2f", s->depth[i]);
+    fprintf(stderr, " | output: %s\n", output);
+}
+
+static double method_mean(const kvc_eval_ruler_report *r, int k) {
+    double sum = 0;
+    for (int t = 0; t < r->n_tasks; t++) sum += r->cells[t * r->n_methods + k].score;
+    return sum / r->n_tasks;
+}
+
+static void ruler_table(const eval_opts *o, const eval_setup *s, const kvc_eval_ruler_report *r) {
+    printf("eval ruler: %s | haystack %s | len %d | %d samples/task | seed %llu | %d threads\n",
+           *s->info.name ? s->info.name : o->model, o->text, r->len, r->samples,
+           (unsigned long long)r->seed, r->n_threads);
+    printf("accuracy %% (string_match_all; perfect samples in parentheses)\n\n%-18s %7s",
+           "task", "tokens");
+    for (int k = 0; k < r->n_methods; k++) printf(" %20s", r->methods[k].spec);
+    printf("\n");
+    for (int t = 0; t < r->n_tasks; t++) {
+        printf("%-18s %7.0f", kvc_ruler_task_name(r->tasks[t]), r->mean_prompt_tokens[t]);
+        for (int k = 0; k < r->n_methods; k++) {
+            const kvc_eval_ruler_cell *c = &r->cells[t * r->n_methods + k];
+            if (r->methods[k].status != KVC_OK) printf(" %20s", "failed");
+            else printf(" %12.1f (%3d/%3d)", 100 * c->score, c->n_perfect, c->n);
+        }
+        printf("\n");
+    }
+    printf("%-18s %7s", "mean", "");
+    for (int k = 0; k < r->n_methods; k++) printf(" %20.1f", 100 * method_mean(r, k));
+    printf("\n%-18s %7s", "bytes/token", "");
+    for (int k = 0; k < r->n_methods; k++) printf(" %20.1f", r->methods[k].stats.bytes_per_token);
+    printf("\n%-18s %7s", "bits/element", "");
+    for (int k = 0; k < r->n_methods; k++) printf(" %20.2f", r->methods[k].stats.bits_per_element);
+    printf("\n%-18s %7s", "time s", "");
+    for (int k = 0; k < r->n_methods; k++) printf(" %20.1f", r->methods[k].seconds);
+    printf("\n");
+    for (int k = 0; k < r->n_methods; k++)
+        if (r->methods[k].status != KVC_OK)
+            printf("%s failed: %s\n", r->methods[k].spec, r->methods[k].error);
+}
+
+static void ruler_json(const eval_opts *o, const eval_setup *s, const kvc_eval_ruler_report *r) {
+    kvc_json j;
+    kvc_json_init(&j, stdout, 1);
+    kvc_json_obj_begin(&j);
+    kvc_json_kv_str(&j, "command", "eval ruler");
+    kvc_json_kv_str(&j, "model", o->model);
+    kvc_json_kv_str(&j, "model_name", s->info.name);
+    kvc_json_kv_str(&j, "text", o->text);
+    kvc_json_kv_int(&j, "len", r->len);
+    kvc_json_kv_int(&j, "samples", r->samples);
+    kvc_json_kv_uint(&j, "seed", r->seed);
+    kvc_report_machine_json(&j, r->n_threads);
+    kvc_json_key(&j, "tasks");
+    kvc_json_arr_begin(&j);
+    for (int t = 0; t < r->n_tasks; t++) {
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_str(&j, "task", kvc_ruler_task_name(r->tasks[t]));
+        kvc_json_kv_num(&j, "mean_prompt_tokens", r->mean_prompt_tokens[t]);
+        kvc_json_obj_end(&j);
+    }
+    kvc_json_arr_end(&j);
+    kvc_json_key(&j, "methods");
+    kvc_json_arr_begin(&j);
+    for (int k = 0; k < r->n_methods; k++) {
+        const kvc_eval_ruler_method *m = &r->methods[k];
+        char canon[512];
+        kvc_report_canonical_spec(m->spec, canon, sizeof canon);
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_str(&j, "spec", m->spec);
+        kvc_json_kv_str(&j, "canonical", canon);
+        kvc_json_kv_bool(&j, "ok", m->status == KVC_OK);
+        if (m->status != KVC_OK) kvc_json_kv_str(&j, "error", m->error);
+        kvc_json_kv_num(&j, "mean_accuracy", method_mean(r, k));
+        kvc_json_key(&j, "accuracy");
+        kvc_json_obj_begin(&j);
+        for (int t = 0; t < r->n_tasks; t++) {
+            const kvc_eval_ruler_cell *c = &r->cells[t * r->n_methods + k];
+            kvc_json_key(&j, kvc_ruler_task_name(r->tasks[t]));
+            kvc_json_obj_begin(&j);
+            kvc_json_kv_num(&j, "score", c->score);
+            kvc_json_kv_int(&j, "n", c->n);
+            kvc_json_kv_int(&j, "perfect", c->n_perfect);
+            kvc_json_obj_end(&j);
+        }
+        kvc_json_obj_end(&j);
+        kvc_json_kv_num(&j, "seconds", m->seconds);
+        kvc_report_stats_json(&j, "cache", &m->stats);
+        kvc_json_obj_end(&j);
+    }
+    kvc_json_arr_end(&j);
+    kvc_json_obj_end(&j);
+    kvc_json_finish(&j);
+}
+
+static int eval_ruler(int argc, char **argv) {
+    eval_opts o = {.model = KVC_DEFAULT_MODEL, .text = DEFAULT_TEXT, .kv = "full:f16,full:bf16",
+                   .task = "niah_single", .len = 4096, .samples = 50, .seed = 1};
+    int rc = parse(argc, argv, &o, 1);
+    if (rc) return rc == 1 ? 0 : 2;
+    kvc_ruler_task tasks[KVC_RULER_N_TASKS];
+    int n_tasks = 0;
+    if ((rc = parse_tasks(o.task, tasks, &n_tasks)) != 0) return rc;
+    eval_setup s;
+    if ((rc = setup_open(&s, &o, "ruler")) != 0) {
+        setup_free(&s);
+        return rc;
+    }
+    kvc_eval_ruler_params p = {o.len, o.samples, (uint64_t)o.seed, o.threads, o.batch, tasks,
+                               n_tasks, o.verbose ? on_sample : NULL, NULL};
+    kvc_eval_ruler_report r;
+    if (kvc_eval_ruler_run(s.m, s.text, s.text_len, &p, s.specs, s.n_specs, &r) != KVC_OK) {
+        fprintf(stderr, "kvcomp eval ruler: %s\n", kvc_last_error());
+        setup_free(&s);
+        return 1;
+    }
+    if (o.json) ruler_json(&o, &s, &r);
+    else ruler_table(&o, &s, &r);
+    if (o.plot) {
+        kvc_plot_point pts[MAX_SPECS];
+        int n = 0;
+        for (int k = 0; k < r.n_methods; k++)
+            if (r.methods[k].status == KVC_OK)
+                pts[n++] = (kvc_plot_point){r.methods[k].spec, r.methods[k].stats.bytes_per_token,
+                                            100 * method_mean(&r, k)};
+        char title[256];
+        snprintf(title, sizeof title, "eval ruler: %s, len %d, %d samples x %d tasks",
+                 *s.info.name ? s.info.name : o.model, r.len, r.samples, r.n_tasks);
+        print_plot(o.plot, title, "accuracy, mean over tasks (%)", pts, n, 0);
+    }
+    int failed = 0;
+    for (int k = 0; k < r.n_methods; k++) failed |= r.methods[k].status != KVC_OK;
+    kvc_eval_ruler_report_free(&r);
+    setup_free(&s);
+    return failed;
+}
+
+int kvc_cli_eval(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "kl") == 0) return eval_kl(argc - 1, argv + 1);
+    if (argc >= 2 && strcmp(argv[1], "ruler") == 0) return eval_ruler(argc - 1, argv + 1);
+    FILE *f = argc >= 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)
+                  ? stdout
+                  : stderr;
+    if (argc >= 2 && f == stderr) fprintf(stderr, "kvcomp eval: unknown evaluation '%s'\n\n", argv[1]);
+    fprintf(f, "usage: kvcomp eval kl|ruler [options]   (kvcomp eval kl --help)\n"
+               "  kl     KL divergence, top-1 agreement, perplexity ratio against full:f32\n"
+               "  ruler  RULER-style retrieval accuracy (needles, multi-key, variable tracking)\n");
+    return f == stdout ? 0 : 2;
+}

@@ -1,0 +1,53 @@
+/* `kvcomp bench attn`: decode attention of one layer (all heads) at long
+ * contexts, every method of --kv in the same run (DESIGN.md §6). For each
+ * context length and method: a cache of L layers is filled through the
+ * method's normal append path (synthetic K/V from kv/synth.h, or a layer of a
+ * K/V dump tiled to the length), then decode attention of a fixed query is
+ * timed per layer, cycling over the L layers so that each step reads a cache
+ * that is not in the CPU's caches — as in a real decode step, where 30 layers
+ * each read their own cache. Reported: median and best time per layer step,
+ * the bytes the method holds per layer, effective GB/s (bytes / median time),
+ * the fraction of the measured read bandwidth, and the time ratio to the
+ * first method. */
+#ifndef KVC_EVAL_BENCH_ATTN_H
+#define KVC_EVAL_BENCH_ATTN_H
+
+#include <stdint.h>
+
+#include "kvcomp.h"
+
+typedef struct kvc_bench_attn_params {
+    int n_heads, n_kv_heads, head_dim; /* replaced by the dump's shape when dump is set */
+    const int *ctxs;
+    int n_ctxs;
+    int n_threads;       /* <= 0: one per CPU */
+    int n_layers;        /* layers cycled; 0: enough for 256 MiB of f16 K/V, 1..32 */
+    int min_reps;        /* at least this many timed steps per layer (0: 5) */
+    double min_seconds;  /* and at least this long (0: 0.5 s) */
+    uint64_t seed;
+    const char *dump;    /* K/V dump file, or NULL for synthetic K/V */
+    int dump_layer;      /* the dump's layer to use; -1: the middle one */
+    double bw_gbps;      /* measured read bandwidth for the fraction; <= 0: not reported */
+} kvc_bench_attn_params;
+
+typedef struct kvc_bench_attn_row {
+    int ctx;
+    const char *spec;    /* borrowed */
+    kvc_status status;
+    char error[256];
+    int n_layers, reps;
+    double median_s, best_s; /* per layer step */
+    double held_bytes;       /* the method's bytes for one layer (payload+meta+index+window) */
+    double gbps;             /* held_bytes / median_s / 1e9 */
+    double frac_bw;          /* gbps / bw_gbps, or NAN */
+    double ratio;            /* median_s / median_s of the first method at this ctx */
+    double fill_s;           /* time to fill the cache */
+    kvc_cache_stats stats;
+} kvc_bench_attn_row;
+
+/* rows: [n_ctxs][n_specs], filled in that order. Fails only on bad
+ * parameters or an unreadable dump; a method failing is recorded in its row. */
+kvc_status kvc_bench_attn_run(const kvc_bench_attn_params *p, char *const *specs, int n_specs,
+                              kvc_bench_attn_row *rows);
+
+#endif

@@ -1,0 +1,34 @@
+/* `kvcomp bench decode`: end-to-end decode speed at a context length
+ * (DESIGN.md §6). Per method: a context of n_ctx + n_gen tokens, n_ctx tokens
+ * of a text prefilled (the text repeated if short), then n_gen decode steps fed
+ * the text's next tokens; tokens/s over those steps and the time split into
+ * weights (matvec), attention and cache management from kvc_ctx_timing_get,
+ * with the rest (norms, RoPE, sampling-free glue) as "other". */
+#ifndef KVC_EVAL_BENCH_DECODE_H
+#define KVC_EVAL_BENCH_DECODE_H
+
+#include <stdint.h>
+
+#include "kvcomp.h"
+
+typedef struct kvc_bench_decode_params {
+    int n_ctx, n_gen;
+    int n_threads, n_batch;
+} kvc_bench_decode_params;
+
+typedef struct kvc_bench_decode_row {
+    const char *spec;
+    kvc_status status;
+    char error[256];
+    double prefill_s, prefill_tok_s;
+    double decode_s, decode_tok_s;
+    double weights_s, attention_s, cache_s, other_s; /* decode steps only */
+    kvc_cache_stats stats;
+} kvc_bench_decode_row;
+
+/* tokens: the text (at least 1 token), cycled to n_ctx + n_gen. */
+kvc_status kvc_bench_decode_run(kvc_model *m, const int32_t *tokens, int n_tokens,
+                                const kvc_bench_decode_params *p, char *const *specs, int n_specs,
+                                kvc_bench_decode_row *rows);
+
+#endif
