@@ -119,11 +119,14 @@ kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *c
         kvc_codec f32 = {.ops = &kvc_codec_f32, .dim = s->dim, .cfg = NULL};
         KVC_TRY(kvc_chunk_encode(&f32, &f32, k, v, n, s->dim, h->pos0, NULL, NULL, &c));
     }
-    kvc_status st = kvc_stream_insert(s, s->n_chunks, c);
-    if (st != KVC_OK) {
-        kvc_stream_chunk_free(s, c);
-        return st;
+    if (c) { /* NULL: the builder stored the tokens itself */
+        kvc_status st = kvc_stream_insert(s, s->n_chunks, c);
+        if (st != KVC_OK) {
+            kvc_stream_chunk_free(s, c);
+            return st;
+        }
     }
+    s->version++;
     h->kc.ops->drop_front(&h->kc, h->kb, n);
     h->vc.ops->drop_front(&h->vc, h->vb, n);
     h->n -= n;

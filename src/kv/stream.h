@@ -62,7 +62,8 @@ kvc_status kvc_stream_replace(kvc_stream *s, int first, int count, kvc_chunk **n
 kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, int n, int ld);
 
 /* Moves the oldest n hot tokens out: encodes them with `build` (NULL: dense
- * f32 chunk), inserts the chunk at the end of the list, drops them from the hot window. */
+ * f32 chunk), inserts the chunk at the end of the list (unless build stored
+ * them itself and returned NULL), drops them from the hot window. */
 typedef kvc_status (*kvc_build_fn)(void *ctx, kvc_stream *s, const float *k, const float *v,
                                    int n, int64_t pos0, kvc_chunk **out);
 kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *ctx);

@@ -34,11 +34,11 @@ static void canon(const char *spec, const char *want) {
 
 static void test_valid(void **state) {
     (void)state;
-    canon("full", "full:dtype=f32,block=1024");
-    canon("full:f16", "full:dtype=f16,block=1024");
+    canon("full", "full:dtype=f32,block=4096");
+    canon("full:f16", "full:dtype=f16,block=4096");
     canon("full:bf16,block=64", "full:dtype=bf16,block=64");
     canon("full:block=16,dtype=f16", "full:dtype=f16,block=16");
-    canon("full:dtype=f32", "full:dtype=f32,block=1024");
+    canon("full:dtype=f32", "full:dtype=f32,block=4096");
 }
 
 static void test_invalid(void **state) {
@@ -51,8 +51,8 @@ static void test_invalid(void **state) {
     bad("full:f8", "dtype=f8", "f32|f16|bf16");
     bad("full:dtype=f8", "dtype=f8", "f32|f16|bf16");
     bad("full:bits=2", "unknown parameter 'bits'", "dtype, block");
-    bad("full:block=8", "block=8", "16..65536");
-    bad("full:block=100000", "block=100000", "16..65536");
+    bad("full:block=8", "block=8", "16..1048576");
+    bad("full:block=2000000", "block=2000000", "16..1048576");
     bad("full:block=12x", "block=12x", "not an integer");
     bad("full:block=", "empty value", "block");
     bad("full:block=64,block=32", "given twice", "block");

@@ -102,7 +102,9 @@ typedef struct kvc_method_ops {
 
     /* Builds the chunk for n leaving tokens k, v [n][dim] with positions from
      * pos0 (consecutive). The method picks codecs, transform and selector.
-     * NULL: the cache encodes them as a dense f32 chunk. */
+     * It may instead store the tokens itself (append them to its last chunk
+     * with an appendable codec, insert several chunks with kvc_stream_insert)
+     * and set *out = NULL. NULL hook: the cache encodes them as a dense f32 chunk. */
     kvc_status (*build_chunk)(void *state, kvc_stream *s, void *sstate, const float *k,
                               const float *v, int n, int64_t pos0, kvc_chunk **out);
 

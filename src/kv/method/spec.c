@@ -76,10 +76,10 @@ static kvc_status set_value(const kvc_method *m, const kvc_param *pr, const char
         errno = 0;
         long x = strtol(val, &end, 10);
         KVC_CHECK(*val && !*end && errno == 0, KVC_ERR_ARG,
-                  "method %s: %s=%s is not an integer (allowed %g..%g)", m->name, pr->key, val,
+                  "method %s: %s=%s is not an integer (allowed %.0f..%.0f)", m->name, pr->key, val,
                   pr->min, pr->max);
         KVC_CHECK(x >= pr->min && x <= pr->max, KVC_ERR_ARG,
-                  "method %s: %s=%s out of range (allowed %g..%g)", m->name, pr->key, val, pr->min,
+                  "method %s: %s=%s out of range (allowed %.0f..%.0f)", m->name, pr->key, val, pr->min,
                   pr->max);
         *(int *)at = (int)x;
         return KVC_OK;
@@ -368,8 +368,10 @@ void kvc_methods_print(void *out) {
         for (int j = 0; j < m->n_params; j++) {
             const kvc_param *p = &m->params[j];
             char range[160];
-            if (p->type == KVC_PARAM_INT || p->type == KVC_PARAM_FLOAT)
-                snprintf(range, sizeof range, "%s %g..%g", type_name(p), p->min, p->max);
+            if (p->type == KVC_PARAM_INT)
+                snprintf(range, sizeof range, "int %.0f..%.0f", p->min, p->max);
+            else if (p->type == KVC_PARAM_FLOAT)
+                snprintf(range, sizeof range, "float %g..%g", p->min, p->max);
             else if (p->type == KVC_PARAM_ENUM)
                 snprintf(range, sizeof range, "%s", p->choices);
             else
