@@ -345,6 +345,8 @@ static void test_unicode_table(void **s) {
     assert_int_equal(kvc_ucat(0x1F600), KVC_UCAT_SYMBOL); /* emoji */
     assert_int_equal(kvc_ucat(0xFFFD), KVC_UCAT_SYMBOL);
     assert_int_equal(kvc_ucat(0x0378), KVC_UCAT_UNDEFINED); /* unassigned */
+    assert_int_equal(kvc_ucat(0x31EF), KVC_UCAT_SYMBOL);    /* Unicode 15.1, as llama.cpp */
+    assert_int_equal(kvc_ucat(0x1E030), KVC_UCAT_LETTER);   /* Unicode 15.0 */
     assert_int_equal(kvc_ucat(0xD800), KVC_UCAT_CONTROL);   /* surrogate */
     assert_int_equal(kvc_ucat(0x10FFFF), KVC_UCAT_UNDEFINED);
     assert_int_equal(kvc_ucat(0x110000), KVC_UCAT_UNDEFINED);
