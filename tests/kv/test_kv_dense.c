@@ -99,6 +99,12 @@ static void test_kernels_match_reference(void **state) {
                                              n, d, G, kind, g, j, o1[g * ldo + j], o2[g * ldo + j]);
                             }
                         }
+                        /* conversion to f32 is exact */
+                        kvc_dense_k.cvt[t](x, (size_t)n * d, xf);
+                        for (size_t i = 0; i < (size_t)n * d; i++) {
+                            float want = unpack(t, x, i);
+                            assert_memory_equal(&xf[i], &want, 4);
+                        }
                         free(xf); free(x); free(q); free(p); free(s1); free(s2); free(o1); free(o2);
                     }
     }

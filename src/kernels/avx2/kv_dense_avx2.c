@@ -146,3 +146,16 @@ void kvc_pv_dense_f16_avx2(const void *x, int n, int d, const float *p, int G, i
 void kvc_pv_dense_bf16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_BF16, x, n, d, p, G, ldp, o, ldo);
 }
+
+static inline void cvt_dense(elem_t t, const void *x, size_t n, float *y) {
+    const char *xb = x;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load8(t, xb + i * esize(t), 8));
+    if (i < n) {
+        float buf[8];
+        _mm256_storeu_ps(buf, load8(t, xb + i * esize(t), (int)(n - i)));
+        memcpy(y + i, buf, (n - i) * 4);
+    }
+}
+void kvc_cvt_dense_f16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
+void kvc_cvt_dense_bf16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }

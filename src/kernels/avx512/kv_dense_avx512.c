@@ -146,3 +146,13 @@ void kvc_pv_dense_f16_avx512(const void *x, int n, int d, const float *p, int G,
 void kvc_pv_dense_bf16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_BF16, x, n, d, p, G, ldp, o, ldo);
 }
+
+static inline void cvt_dense(elem_t t, const void *x, size_t n, float *y) {
+    const char *xb = x;
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, load16(t, xb + i * esize(t), m));
+    }
+}
+void kvc_cvt_dense_f16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
+void kvc_cvt_dense_bf16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }

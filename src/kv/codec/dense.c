@@ -89,13 +89,23 @@ static void pv_bf16_ref(const void *x, int n, int d, const float *p, int G, int 
     pv_ref(KVC_DENSE_BF16, x, n, d, p, G, ldp, o, ldo);
 }
 
+static void cvt_f32_ref(const void *x, size_t n, float *y) { memcpy(y, x, n * 4); }
+static void cvt_f16_ref(const void *x, size_t n, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = kvc_f16_to_f32(((const kvc_f16 *)x)[i]);
+}
+static void cvt_bf16_ref(const void *x, size_t n, float *y) {
+    for (size_t i = 0; i < n; i++) y[i] = kvc_bf16_to_f32(((const kvc_bf16 *)x)[i]);
+}
+
 const kvc_dense_kernels kvc_dense_ref = {
     .qk = {qk_f32_ref, qk_f16_ref, qk_bf16_ref},
     .pv = {pv_f32_ref, pv_f16_ref, pv_bf16_ref},
+    .cvt = {cvt_f32_ref, cvt_f16_ref, cvt_bf16_ref},
 };
 kvc_dense_kernels kvc_dense_k = {
     .qk = {qk_f32_ref, qk_f16_ref, qk_bf16_ref},
     .pv = {pv_f32_ref, pv_f16_ref, pv_bf16_ref},
+    .cvt = {cvt_f32_ref, cvt_f16_ref, cvt_bf16_ref},
 };
 
 /* ---- codec operations ------------------------------------------------------ */
@@ -209,8 +219,13 @@ static void dense_decode(const kvc_codec *c, const void *blob, int begin, int en
     const dense_blob *b = blob;
     kvc_dense_type t = type_of(c);
     int d = c->dim;
+    const char *rows = (const char *)b->rows + (size_t)begin * d * elem_size(t);
+    if (ld == d) {
+        kvc_dense_k.cvt[t](rows, (size_t)(end - begin) * d, x);
+        return;
+    }
     for (int i = begin; i < end; i++)
-        for (int j = 0; j < d; j++) x[(size_t)(i - begin) * ld + j] = load_elem(t, b->rows, (size_t)i * d + j);
+        kvc_dense_k.cvt[t](rows + (size_t)(i - begin) * d * elem_size(t), (size_t)d, x + (size_t)(i - begin) * ld);
 }
 
 static const float *dense_view_f32(const kvc_codec *c, const void *blob) {
@@ -259,12 +274,14 @@ void kvc_dense_init(kvc_isa isa) {
         kvc_dense_k = (kvc_dense_kernels){
             .qk = {kvc_qk_dense_f32_avx2, kvc_qk_dense_f16_avx2, kvc_qk_dense_bf16_avx2},
             .pv = {kvc_pv_dense_f32_avx2, kvc_pv_dense_f16_avx2, kvc_pv_dense_bf16_avx2},
+            .cvt = {cvt_f32_ref, kvc_cvt_dense_f16_avx2, kvc_cvt_dense_bf16_avx2},
         };
     }
     if (isa >= KVC_ISA_AVX512) {
         kvc_dense_k = (kvc_dense_kernels){
             .qk = {kvc_qk_dense_f32_avx512, kvc_qk_dense_f16_avx512, kvc_qk_dense_bf16_avx512},
             .pv = {kvc_pv_dense_f32_avx512, kvc_pv_dense_f16_avx512, kvc_pv_dense_bf16_avx512},
+            .cvt = {cvt_f32_ref, kvc_cvt_dense_f16_avx512, kvc_cvt_dense_bf16_avx512},
         };
     }
 }
