@@ -133,7 +133,7 @@ kvc_status kvc_profile_kvmix(const kvc_model *m, const char *text, size_t len,
         if (st == KVC_OK) st = kvc_bwd_create(m, plen, &b);
         kvc_progress prog;
         kvc_progress_begin(&prog, "kvmix profile", n_prompts);
-        uint64_t seed = pp->seed ? pp->seed : 0x6b766d6978ull;
+        uint64_t seed0 = pp->seed ? pp->seed : 0x6b766d6978ull, seed = seed0;
         for (int i = 0; st == KVC_OK && i < n_prompts; i++) {
             /* one window inside slice i of the text (slices overlap only when the text is short) */
             int64_t span = (int64_t)n_tok - body; /* possible starts: [0, span] */
@@ -153,7 +153,7 @@ kvc_status kvc_profile_kvmix(const kvc_model *m, const char *text, size_t len,
             for (int l = 0; l < c->n_layers; l++) ks[l] /= n_prompts, vs[l] /= n_prompts;
             char src[KVC_KVMIX_TEXT_MAX];
             snprintf(src, sizeof src, "%s, %d prompts x %d tokens, seed %llu, mean loss %.4f",
-                     pp->source ? pp->source : "text", n_prompts, plen, (unsigned long long)seed,
+                     pp->source ? pp->source : "text", n_prompts, plen, (unsigned long long)seed0,
                      loss_sum / n_prompts);
             st = kvc_kvmix_profile_from_scores(c->n_layers, ks, vs, &rule, m->name, src, &prof);
         }

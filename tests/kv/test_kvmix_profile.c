@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +173,13 @@ static void test_load_errors(void **state) {
     assert_int_equal(kvc_kvmix_profile_load("/nonexistent/dir/x.kvmix", &p), KVC_ERR_IO);
     assert_non_null(strstr(kvc_last_error(), "/nonexistent/dir/x.kvmix: cannot open"));
     assert_null(p);
+    /* the shipped default profile parses and has the paper's split (6 of 30 layers high) */
+    assert_int_equal(kvc_kvmix_profile_load(KVC_SOURCE_DIR "/profiles/smollm2.kvmix", &p), KVC_OK);
+    assert_int_equal(p->n_layers, 30);
+    double kb, vb;
+    kvc_kvmix_profile_avg_bits(p, &kb, &vb);
+    assert_true(fabs(kb - 2.2) < 1e-12 && fabs(vb - 2.4) < 1e-12);
+    kvc_kvmix_profile_free(p);
 }
 
 int main(void) {

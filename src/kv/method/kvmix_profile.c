@@ -387,6 +387,7 @@ kvc_status kvc_kvmix_profile_random(int n_layers, const kvc_kvmix_rule *rule, ui
         kvc_kvmix_profile_free(p);
         return kvc_fail(KVC_ERR_NOMEM, "kvmix profile");
     }
+    uint64_t seed0 = seed;
     for (int i = 0; i < n_layers; i++) ko[i] = vo[i] = i;
     for (int i = n_layers - 1; i > 0; i--) { /* Fisher-Yates, K and V independently */
         int j = (int)(splitmix(&seed) % (uint64_t)(i + 1)), t = ko[i];
@@ -396,7 +397,7 @@ kvc_status kvc_kvmix_profile_random(int n_layers, const kvc_kvmix_rule *rule, ui
     }
     assign(p, ko, vo, rule);
     if (model) copy_rest(p->model, model);
-    snprintf(p->source, sizeof p->source, "random ranking, seed %llu", (unsigned long long)seed);
+    snprintf(p->source, sizeof p->source, "random ranking, seed %llu", (unsigned long long)seed0);
     free(ko);
     free(vo);
     *out = p;
