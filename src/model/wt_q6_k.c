@@ -10,19 +10,27 @@
 #include <math.h>
 #include <string.h>
 
-static inline int q6k_value(const kvc_blk_q6_k *b, int e) {
-    int h = e >> 7, k = (e >> 5) & 3, l = e & 31;
-    uint8_t lo = b->ql[64 * h + l + 32 * (k & 1)];
-    int v = k < 2 ? (lo & 0xf) : (lo >> 4);
-    return v | (((b->qh[32 * h + l] >> (2 * k)) & 3) << 4);
+/* The 256 values (q-32, in [-32, 31]) of one block in element order. */
+static void q6k_values(const kvc_blk_q6_k *b, int8_t v[256]) {
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = b->ql + 64 * h, *qh = b->qh + 32 * h;
+        int8_t *o = v + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            o[l] = (int8_t)(((ql[l] & 0xf) | ((qh[l] & 3) << 4)) - 32);
+            o[l + 32] = (int8_t)(((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) - 32);
+            o[l + 64] = (int8_t)(((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+            o[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+        }
+    }
 }
 
 void kvc_dequant_q6_k_ref(const void *x, float *y, int64_t n) {
     const kvc_blk_q6_k *b = x;
+    int8_t v[256];
     for (int64_t i = 0; i < n / KVC_QKK; i++, y += KVC_QKK) {
         float d = kvc_f16_to_f32(b[i].d);
-        for (int e = 0; e < KVC_QKK; e++)
-            y[e] = d * (float)b[i].scales[e / 16] * (float)(q6k_value(&b[i], e) - 32);
+        q6k_values(&b[i], v);
+        for (int e = 0; e < KVC_QKK; e++) y[e] = d * (float)b[i].scales[e / 16] * (float)v[e];
     }
 }
 
@@ -30,13 +38,15 @@ float kvc_dot_q6_k_ref(const void *row, const void *act, int64_t n) {
     const kvc_blk_q6_k *b = row;
     const int8_t *qa = kvc_act_q(act);
     const float *da = kvc_act_q8_k_d(act, n);
+    int8_t v[256];
     double s = 0;
     for (int64_t i = 0; i < n / KVC_QKK; i++) {
+        q6k_values(&b[i], v);
+        const int8_t *a = qa + i * KVC_QKK;
         int32_t sumi = 0;
         for (int g = 0; g < 16; g++) {
             int32_t sg = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++)
-                sg += (q6k_value(&b[i], e) - 32) * qa[i * KVC_QKK + e];
+            for (int e = 16 * g; e < 16 * g + 16; e++) sg += v[e] * a[e];
             sumi += b[i].scales[g] * sg;
         }
         s += (double)(kvc_f16_to_f32(b[i].d) * da[i]) * sumi;
