@@ -3,7 +3,8 @@
  * category table and the per-algorithm encoders. Behaviour follows llama.cpp's
  * llama-vocab.cpp / unicode.cpp (the GGUF reference), re-implemented in C.
  *
- *   tokenizer_load.c     metadata -> struct kvc_tokenizer (vocab, merges, specials)
+ *   tokenizer_load.c     metadata -> struct kvc_tokenizer (vocab, merges, pieces)
+ *   tokenizer_special.c  end-of-generation and other special tokens
  *   tokenizer_unicode.c  generated category table (scripts/gen_tokenizer_unicode.py)
  *   tokenizer_utf8.c     llama.cpp-compatible UTF-8 decoding, category lookup
  *   tokenizer_pretok.c   GPT-2 / Llama-3 / Qwen2 / SmolLM / default split patterns
@@ -122,6 +123,12 @@ struct kvc_tokenizer {
 
 /* Id of the string s[0..len) or -1. */
 int32_t kvc_tok_lookup(const kvc_tokenizer *t, const char *s, size_t len);
+
+/* Load steps (tokenizer_special.c): find end-of-turn / FIM tokens by text
+ * (fim[6]: pre, suf, mid, pad, rep, sep ids or -1), fill eog[] and the
+ * attributes; then build the longest-first partition list. */
+void kvc_tok_detect_specials(kvc_tokenizer *t, int32_t fim[6]);
+kvc_status kvc_tok_list_specials(kvc_tokenizer *t);
 
 /* ---- encoders (append to a growable token buffer) ------------------------- */
 typedef struct kvc_tokbuf {
