@@ -12,6 +12,8 @@
 
 typedef enum { T_F32, T_F16, T_BF16 } elem_t;
 
+enum { PF_AHEAD = 4096 }; /* software prefetch distance in bytes: the rows stream from memory */
+
 static inline size_t esize(elem_t t) { return t == T_F32 ? 4 : 2; }
 
 /* 8 elements widened to f32; `left` < 8 reads only that many (rest zero). */
@@ -58,6 +60,8 @@ static inline void qk_dense(elem_t t, const void *x, int n, int d, const float *
         const float *q0 = q + (size_t)g0 * ldq, *q1 = q + (size_t)(g0 + ng - 1) * ldq;
         int i = 0;
         for (; i + 4 <= n; i += 4) {
+            if (g0 == 0)
+                for (size_t b = 0; b < 4 * row; b += 64) _mm_prefetch(xb + (size_t)i * row + PF_AHEAD + b, _MM_HINT_T0);
             __m256 a[2][4];
             #pragma GCC unroll 16
             for (int g = 0; g < 2; g++)
@@ -110,6 +114,8 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
             const float *p0 = p + (size_t)g0 * ldp, *p1 = p + (size_t)(g0 + ng - 1) * ldp;
             for (int i = 0; i < n; i++) {
                 const char *xr = xb + (size_t)i * row + (size_t)j0 * esize(t);
+                if (j0 == 0 && g0 == 0)
+                    for (size_t b = 0; b < row; b += 64) _mm_prefetch(xr + PF_AHEAD + b, _MM_HINT_T0);
                 __m256 b0 = _mm256_broadcast_ss(p0 + i), b1 = _mm256_broadcast_ss(p1 + i);
                 #pragma GCC unroll 16
                 for (int c = 0; c < nc; c++) {
