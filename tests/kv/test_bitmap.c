@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "kv/codec/bitmap.h"
 #include "kv/method/mustafar_prune.h"
 
@@ -114,6 +115,40 @@ static void test_topk_random_and_ties(void **state) {
     for (int c = 0; c < 64; c++) x[c] = (c & 1) ? -0.0f : 0.0f;
     kvc_prune_topk(x, 64, 32, m);
     assert_true(m[0] == (1ull << 32) - 1);
+}
+
+/* The SIMD top-k is bit-exact with the reference (it must be: the mask is
+ * the format, not an approximation). */
+static void test_topk_simd_matches_reference(void **state) {
+    (void)state;
+    if (kvc_cpu_isa() < KVC_ISA_AVX512) skip();
+    const int ds[] = {1, 3, 16, 17, 63, 64, 65, 80, 128, 200, 256, 1024};
+    static float x[1024];
+    uint64_t m1[16], m2[16];
+    for (unsigned di = 0; di < sizeof ds / sizeof ds[0]; di++) {
+        int d = ds[di];
+        for (int rep = 0; rep < 60; rep++) {
+            int kind = rep % 6;
+            for (int c = 0; c < d; c++) {
+                switch (kind) {
+                case 0: x[c] = gauss(); break;
+                case 1: x[c] = (float)(int)(frand() * 3); break;
+                case 2: x[c] = 0.0f; break;
+                case 3: x[c] = (rnd() % 10 == 0) ? 1e30f * frand() : 1e-40f * frand(); break; /* subnormals */
+                case 4: x[c] = (rnd() % 17 == 0) ? NAN : ((rnd() % 13 == 0) ? INFINITY : gauss()); break;
+                default: x[c] = (rnd() & 1) ? -1.5f : 1.5f; break; /* all tie */
+                }
+            }
+            for (int keep = 0; keep <= d; keep += (d > 40 ? d / 13 + 1 : 1)) {
+                kvc_prune_topk_scalar(x, d, keep, m1);
+                kvc_prune_topk_avx512(x, d, keep, m2);
+                assert_memory_equal(m1, m2, sizeof(uint64_t) * ((d + 63) / 64));
+            }
+            kvc_prune_topk_scalar(x, d, d, m1);
+            kvc_prune_topk_avx512(x, d, d, m2);
+            assert_memory_equal(m1, m2, sizeof(uint64_t) * ((d + 63) / 64));
+        }
+    }
 }
 
 static void test_outaware_score(void **state) {
@@ -255,6 +290,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keep_count),
         cmocka_unit_test(test_topk_random_and_ties),
+        cmocka_unit_test(test_topk_simd_matches_reference),
         cmocka_unit_test(test_outaware_score),
         cmocka_unit_test(test_pack_roundtrip),
         cmocka_unit_test(test_kernels_match_reference),

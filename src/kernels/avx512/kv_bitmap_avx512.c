@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kv/codec/bitmap.h"
+#include "kv/method/mustafar_prune.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -172,5 +173,48 @@ void kvc_pv_bitmap_f16_avx512(const kvc_bitmap_view *v, int n, const float *p, i
                 for (int c = 0; c < w; c++) o[c] += part[h][c];
             }
         }
+    }
+}
+
+/* Top-k pruning mask (kvc_prune_topk, mustafar_prune.c) without a sort: the
+ * keep-th largest |score| bit pattern is found bit by bit from the top (31
+ * rounds of a vector compare-and-count), then the values above it and the
+ * lowest-index ties fill the mask. Same result as the reference. */
+void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask) {
+    int nw = (d + 63) / 64, nv = (d + 15) / 16;
+    for (int w = 0; w < nw; w++) mask[w] = 0;
+    if (keep <= 0) return;
+    __m512i a[KVC_BITMAP_MAX_D / 16];
+    __mmask16 valid[KVC_BITMAP_MAX_D / 16];
+    const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+    for (int j = 0; j < nv; j++) {
+        int left = d - 16 * j;
+        valid[j] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        a[j] = _mm512_and_si512(_mm512_maskz_loadu_epi32(valid[j], score + 16 * j), absm);
+    }
+    uint32_t T = 0;
+    for (int b = 30; b >= 0; b--) {
+        __m512i cand = _mm512_set1_epi32((int)(T | (1u << b)));
+        int cnt = 0;
+        for (int j = 0; j < nv; j++) cnt += __builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid[j], a[j], cand));
+        if (cnt >= keep) T |= 1u << b;
+    }
+    __m512i t = _mm512_set1_epi32((int)T);
+    uint64_t gt[KVC_BITMAP_MAX_D / 64] = {0}, eq[KVC_BITMAP_MAX_D / 64] = {0};
+    int n_gt = 0;
+    for (int j = 0; j < nv; j++) {
+        uint64_t g = _mm512_mask_cmpgt_epu32_mask(valid[j], a[j], t);
+        uint64_t e = _mm512_mask_cmpeq_epu32_mask(valid[j], a[j], t);
+        gt[j >> 2] |= g << (16 * (j & 3));
+        eq[j >> 2] |= e << (16 * (j & 3));
+        n_gt += __builtin_popcountll(g);
+    }
+    int need = keep - n_gt;
+    for (int w = 0; w < nw; w++) {
+        int have = __builtin_popcountll(eq[w]);
+        int take = need < have ? need : have;
+        uint64_t sel = take <= 0 ? 0 : take >= 64 ? eq[w] : _pdep_u64((1ull << take) - 1, eq[w]);
+        mask[w] = gt[w] | sel;
+        need -= take;
     }
 }

@@ -9,8 +9,10 @@
 
 #include <assert.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 
+#include "base/cpu.h"
 #include "base/f16.h"
 
 int kvc_prune_keep_count(double sparsity, int d) {
@@ -56,7 +58,7 @@ static uint64_t kth_largest(uint64_t *a, int n, int k) {
     return a[want];
 }
 
-void kvc_prune_topk(const float *score, int d, int keep, uint64_t *mask) {
+void kvc_prune_topk_scalar(const float *score, int d, int keep, uint64_t *mask) {
     assert(d >= 0 && d <= KVC_PRUNE_MAX_D && keep >= 0 && keep <= d);
     int nw = (d + 63) / 64;
     memset(mask, 0, (size_t)nw * sizeof(uint64_t));
@@ -79,4 +81,16 @@ void kvc_prune_outaware_score(const float *k, const float *qsum, int d, float *s
 void kvc_prune_accumulate_absq(const float *q, int g, int d, float *acc) {
     for (int h = 0; h < g; h++)
         for (int c = 0; c < d; c++) acc[c] += fabsf(q[(size_t)h * d + c]);
+}
+
+static void (*topk_fn)(const float *, int, int, uint64_t *) = kvc_prune_topk_scalar;
+static pthread_once_t topk_once = PTHREAD_ONCE_INIT;
+
+static void topk_init(void) {
+    if (kvc_active_isa() >= KVC_ISA_AVX512) topk_fn = kvc_prune_topk_avx512;
+}
+
+void kvc_prune_topk(const float *score, int d, int keep, uint64_t *mask) {
+    pthread_once(&topk_once, topk_init);
+    topk_fn(score, d, keep, mask);
 }

@@ -22,6 +22,11 @@ int kvc_prune_keep_count(double sparsity, int d);
  * d <= KVC_PRUNE_MAX_D, 0 <= keep <= d. */
 void kvc_prune_topk(const float *score, int d, int keep, uint64_t *mask);
 
+/* The scalar reference (quickselect on 64-bit keys) and the AVX-512 variant
+ * (src/kernels/avx512/kv_bitmap_avx512.c); kvc_prune_topk picks one by ISA. */
+void kvc_prune_topk_scalar(const float *score, int d, int keep, uint64_t *mask);
+void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask);
+
 /* Output-aware score of one key (Figure 3): score[c] = |k[c]| * qsum[c], where
  * qsum is the element-wise sum of |q| over the queries (all heads of the GQA
  * group) that attended while the key sat in the local window. */
