@@ -6,7 +6,8 @@
  * timed per layer, cycling over the L layers so that each step reads a cache
  * that is not in the CPU's caches — as in a real decode step, where 30 layers
  * each read their own cache. Reported: median and best time per layer step,
- * the bytes the method holds per layer, effective GB/s (bytes / median time),
+ * the bytes the method's chunks hold per layer (payload, metadata, selection
+ * index: what a step reads), effective GB/s (bytes / median time),
  * the fraction of the measured read bandwidth, and the time ratio to the
  * first method. */
 #ifndef KVC_EVAL_BENCH_ATTN_H
@@ -37,7 +38,7 @@ typedef struct kvc_bench_attn_row {
     char error[256];
     int n_layers, reps;
     double median_s, best_s; /* per layer step */
-    double held_bytes;       /* the method's bytes for one layer (payload+meta+index+window) */
+    double held_bytes;       /* bytes read per step for one layer: payload + meta + index */
     double gbps;             /* held_bytes / median_s / 1e9 */
     double frac_bw;          /* gbps / bw_gbps, or NAN */
     double ratio;            /* median_s / median_s of the first method at this ctx */

@@ -1,0 +1,176 @@
+#!/usr/bin/env bash
+# The measuring commands end to end on the real model, small sizes: eval kl
+# (JSON fields present; full:f32 against the full:f32 reference gives KL 0 and
+# ppl ratio 1; full:f16 with small chunks gives a KL that is small but not
+# zero), eval ruler (JSON, scores in [0, 1], both methods scored on every
+# sample), the table and the PNG, methods --json, bench bw/attn/decode JSON,
+# dump-kv -> bench attn --dump when the model has the K/V observer, and bad
+# flags (exit 2 with a message naming the flag). Asserts behaviour, not speed.
+# Usage: test_eval.sh KVCOMP_BINARY MODEL_PATH
+set -u
+KVCOMP=$1
+MODEL=$2
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+TEXT=$SRC/data/alice.txt
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+export KVC_PROGRESS=0
+fails=0
+passes=0
+
+ok() { echo "ok: $*"; passes=$((passes + 1)); }
+bad() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# check NAME FILE PYTHON: run a python check on the JSON in FILE (as `d`).
+check() {
+    local name=$1 file=$2 code=$3
+    if python3 - "$file" <<EOF
+import json, math, sys
+d = json.load(open(sys.argv[1]))
+$code
+EOF
+    then ok "$name"; else bad "$name"; sed 's/^/    /' "$file" | head -60; fi
+}
+
+# run NAME CMD...: run, keep stdout in $TMP/NAME.out, fail on a non-zero exit.
+run() {
+    local name=$1
+    shift
+    if "$@" >"$TMP/$name.out" 2>"$TMP/$name.err"; then
+        ok "$name runs"
+    else
+        bad "$name: exit $? from $*"
+        sed 's/^/    /' "$TMP/$name.err" | tail -20
+    fi
+}
+
+# expect CODE PATTERN CMD...: exit code and a message matching PATTERN.
+expect() {
+    local code=$1 pattern=$2
+    shift 2
+    local out rc
+    out=$("$@" 2>&1 </dev/null)
+    rc=$?
+    if [[ $rc -eq $code ]] && grep -qiE -- "$pattern" <<<"$out"; then
+        ok "exit $rc /$pattern/: $*"
+    else
+        bad "$* -> exit $rc (want $code, /$pattern/)"
+        sed 's/^/    /' <<<"$out" | head -10
+    fi
+}
+
+# ---- eval kl ----
+run kl "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 256 --cont 16 -b 64 \
+    --kv "full:f32,full:f16,block=16" --json
+check "eval kl JSON" "$TMP/kl.out" '
+assert d["command"] == "eval kl" and d["ctx"] == 256 and d["cont"] == 16
+ref = d["reference"]
+assert ref["spec"] == "full:f32" and ref["ppl"] > 1 and ref["cache"]["tokens"] == 272
+for k in ("cpu", "isa", "threads"): assert k in d["machine"]
+m = {x["spec"]: x for x in d["methods"]}
+assert set(m) == {"full:f32", "full:f16,block=16"}
+for x in m.values():
+    assert x["ok"] is True
+    for k in ("mean", "median", "p99", "max"): assert k in x["kl"]
+    for k in ("same_top", "dp_mean", "dp_rms", "ppl", "ppl_ratio", "max_abs_dlogit", "seconds"): assert k in x
+    for k in ("bytes_per_token", "bits_per_element", "ratio_vs_f16", "payload_bytes"): assert k in x["cache"]
+f32 = m["full:f32"]
+assert abs(f32["kl"]["mean"]) < 1e-6 and abs(f32["kl"]["max"]) < 1e-6, f32["kl"]
+assert f32["same_top"] == 1 and abs(f32["ppl_ratio"] - 1) < 1e-6
+f16 = m["full:f16,block=16"]
+assert 0 < f16["kl"]["mean"] < 0.05, f16["kl"]
+assert f16["cache"]["payload_bytes"] < f32["cache"]["payload_bytes"]
+assert f16["canonical"].startswith("full:")
+'
+run kl_table "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 128 --cont 8 --kv full:bf16,block=16 \
+    --plot "$TMP/kl.png"
+if grep -q "KL mean" "$TMP/kl_table.out" && grep -q "full:bf16,block=16" "$TMP/kl_table.out"; then
+    ok "eval kl table"
+else
+    bad "eval kl table"; cat "$TMP/kl_table.out"
+fi
+if command -v gnuplot >/dev/null; then
+    if [[ -s "$TMP/kl.png" ]] && head -c 8 "$TMP/kl.png" | grep -q PNG; then ok "eval kl --plot PNG"
+    else bad "eval kl --plot: no PNG"; cat "$TMP/kl_table.err"; fi
+fi
+
+# ---- eval ruler ----
+run ruler "$KVCOMP" eval ruler -m "$MODEL" --text "$TEXT" --task niah_single,vt --len 400 \
+    --samples 2 --seed 3 --kv "full:f32;full:f16,block=16" --json
+check "eval ruler JSON" "$TMP/ruler.out" '
+assert d["command"] == "eval ruler" and d["len"] == 400 and d["samples"] == 2 and d["seed"] == 3
+assert [t["task"] for t in d["tasks"]] == ["niah_single", "vt"]
+for t in d["tasks"]: assert 100 < t["mean_prompt_tokens"] <= 400 - 64
+assert [m["spec"] for m in d["methods"]] == ["full:f32", "full:f16,block=16"]
+for m in d["methods"]:
+    assert m["ok"] is True and 0 <= m["mean_accuracy"] <= 1
+    for task in ("niah_single", "vt"):
+        c = m["accuracy"][task]
+        assert c["n"] == 2 and 0 <= c["score"] <= 1 and 0 <= c["perfect"] <= 2
+    assert m["cache"]["bytes_per_token"] > 0
+'
+
+# ---- methods, bench ----
+run methods "$KVCOMP" methods --json
+check "methods JSON" "$TMP/methods.out" '
+full = [m for m in d["methods"] if m["name"] == "full"][0]
+assert any(p["key"] == "dtype" and "f16" in p["choices"] for p in full["params"])
+'
+run bw "$KVCOMP" bench bw --size 64 --runs 2 --json
+check "bench bw JSON" "$TMP/bw.out" 'assert d["best_gbps"] > 0 and d["bytes"] == 64 << 20'
+run attn "$KVCOMP" bench attn --ctx 1k,2k --kv full:f16,full:f32 --min-time 0.01 --reps 1 --no-bw --json
+check "bench attn JSON" "$TMP/attn.out" '
+rows = d["rows"]
+assert [(r["ctx"], r["spec"]) for r in rows] == [(1024, "full:f16"), (1024, "full:f32"), (2048, "full:f16"), (2048, "full:f32")]
+for r in rows:
+    assert r["ok"] and r["median_us"] > 0 and r["gbps"] > 0 and r["steps"] >= r["layers"]
+    assert r["cache"]["tokens"] == r["ctx"]
+for i in (0, 2):
+    assert rows[i]["ratio_vs_first"] == 1
+    assert abs(rows[i + 1]["bytes_per_layer"] / rows[i]["bytes_per_layer"] - 2) < 0.01
+assert d["n_heads"] == 9 and d["n_kv_heads"] == 3 and d["head_dim"] == 64 and d["bw_gbps"] is None
+'
+run decode "$KVCOMP" bench decode -m "$MODEL" --text "$TEXT" --ctx 64 -n 4 --kv full:f16 --json
+check "bench decode JSON" "$TMP/decode.out" '
+r = d["rows"][0]
+assert r["ok"] and r["decode_tok_s"] > 0 and r["weights_s"] > 0 and r["cache"]["tokens"] == 68
+'
+
+# ---- dump-kv -> bench attn --dump ----
+"$KVCOMP" dump-kv -m "$MODEL" --text "$TEXT" --ctx 96 -b 32 -o "$TMP/kv.bin" >"$TMP/dump.out" 2>&1
+rc=$?
+if grep -q "no K/V observer" "$TMP/dump.out"; then
+    echo "skip: dump-kv (the model context has no K/V observer yet)"
+elif [[ $rc -ne 0 ]]; then
+    bad "dump-kv: exit $rc"; cat "$TMP/dump.out"
+else
+    # 40-byte header + 30 layers x 2 x 96 tokens x 3 heads x 64 x 4 bytes
+    size=$(stat -c %s "$TMP/kv.bin")
+    if [[ $size -eq $((40 + 30 * 2 * 96 * 3 * 64 * 4)) ]]; then ok "dump-kv size"; else bad "dump-kv size $size"; fi
+    run attn_dump "$KVCOMP" bench attn --dump "$TMP/kv.bin" --ctx 200 --kv full:f16 --min-time 0.01 --no-bw --json
+    check "bench attn --dump JSON" "$TMP/attn_dump.out" '
+assert d["kv_source"].endswith("kv.bin") and d["dump_layer"] == 15 and d["rows"][0]["ok"]
+'
+    head -c 100 "$TMP/kv.bin" >"$TMP/short.bin"
+    expect 1 "needs [0-9]+" "$KVCOMP" bench attn --dump "$TMP/short.bin" --ctx 64 --no-bw
+fi
+
+# ---- bad flags ----
+expect 2 "unknown evaluation" "$KVCOMP" eval perplexity
+expect 2 "unknown option '--bogus'" "$KVCOMP" eval kl --bogus
+expect 2 "--ctx.*not an integer" "$KVCOMP" eval kl --ctx many
+expect 2 "--kv 'nosuch'.*valid" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --kv nosuch
+expect 2 "parameter with no method" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --kv bits=2,full:f16
+expect 1 "--text.*cannot open" "$KVCOMP" eval kl -m "$MODEL" --text "$TMP/missing.txt"
+expect 1 "text has [0-9]+ tokens" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 100000 --cont 8
+expect 2 "--task 'needle'.*niah_single" "$KVCOMP" eval ruler --task needle
+expect 2 "--samples.*outside" "$KVCOMP" eval ruler --samples 0
+expect 2 "unknown benchmark" "$KVCOMP" bench fast
+expect 2 "--ctx '4q'" "$KVCOMP" bench attn --ctx 4q
+expect 2 "not a multiple" "$KVCOMP" bench attn --heads 9 --kv-heads 2
+expect 2 "-o FILE" "$KVCOMP" dump-kv -m "$MODEL"
+expect 0 "usage: kvcomp eval kl" "$KVCOMP" eval kl --help
+expect 0 "usage: kvcomp bench attn" "$KVCOMP" bench attn --help
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]
