@@ -169,16 +169,32 @@ static kvc_status dense_encode(const kvc_codec *c, const float *x, int n, int ld
     return KVC_OK;
 }
 
+/* A hot window that held a large block gives the memory back once drained. */
+static void shrink(const kvc_codec *c, dense_blob *b) {
+    if (b->cap <= 16 || b->n * 4 > b->cap) return;
+    int cap = 16;
+    while (cap < 2 * b->n) cap *= 2;
+    size_t row = (size_t)c->dim * elem_size(type_of(c));
+    void *r = aligned_alloc(64, ((size_t)cap * row + 63) & ~(size_t)63);
+    if (!r) return; /* keep the larger buffer */
+    if (b->n) memcpy(r, b->rows, (size_t)b->n * row);
+    free(b->rows);
+    b->rows = r;
+    b->cap = cap;
+}
+
 static void dense_drop_front(const kvc_codec *c, void *blob, int n) {
     dense_blob *b = blob;
     if (n <= 0) return;
     if (n >= b->n) {
         b->n = 0;
+        shrink(c, b);
         return;
     }
     size_t row = (size_t)c->dim * elem_size(type_of(c));
     memmove(b->rows, (char *)b->rows + (size_t)n * row, (size_t)(b->n - n) * row);
     b->n -= n;
+    shrink(c, b);
 }
 
 static int dense_count(const kvc_codec *c, const void *blob) {
