@@ -52,6 +52,9 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, co
         size_t tok = (size_t)i;
         const uint64_t *bits = k->bits + tok * nt;
         const kvc_f16 *vp = k->vals + tok * (size_t)k->keep;
+        _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep), _MM_HINT_T0);
+        _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep) + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
         __m256 acc[4];
         for (int h = 0; h < G; h++) acc[h] = _mm256_setzero_ps();
         for (int t = 0; t < nt; t++) {
@@ -108,6 +111,9 @@ ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, cons
         size_t tok = (size_t)i;
         const uint64_t *bits = v->bits + tok * nt;
         const kvc_f16 *vp = v->vals + tok * (size_t)v->keep;
+        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep), _MM_HINT_T0);
+        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep) + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
         for (int u = 0; u < t; u++) vp += __builtin_popcountll(bits[u]);
         uint64_t m = bits[t];
         __m256 w[2];

@@ -250,8 +250,12 @@ static kvc_status mustafar_build_chunk(void *state, kvc_stream *s, void *sstate,
         for (int i = 0; i < n; i++) {
             const float *ki = k + (size_t)i * d;
             float *o = ms->scratch + (size_t)i * d;
-            kvc_prune_outaware_score(ki, ms->qsum + (size_t)i * d, d, score);
-            kvc_prune_topk(score, d, st->keep_k, mask);
+            if (ms->seen[i] > 0) {
+                kvc_prune_outaware_score(ki, ms->qsum + (size_t)i * d, d, score);
+                kvc_prune_topk(score, d, st->keep_k, mask);
+            } else { /* no query has seen it (a bulk load without queries): magnitude */
+                kvc_prune_topk(ki, d, st->keep_k, mask);
+            }
             for (int c = 0; c < d; c++) o[c] = (mask[c >> 6] >> (c & 63) & 1) ? ki[c] : 0.0f;
         }
         kin = ms->scratch;
