@@ -13,6 +13,12 @@ double kvc_now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double kvc_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int progress_wanted(void) {
     const char *e = getenv("KVC_PROGRESS");
     if (e && e[0] == '0') return 0;

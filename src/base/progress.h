@@ -25,5 +25,8 @@ void kvc_progress_end(kvc_progress *p);
 
 /* Monotonic wall-clock seconds (also used by benchmarks). */
 double kvc_now_s(void);
+/* CPU seconds used by this process, all threads (benchmarks on a shared
+ * machine: time the scheduler gives to other processes is left out). */
+double kvc_cpu_s(void);
 
 #endif

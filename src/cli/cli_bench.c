@@ -86,14 +86,16 @@ static int split_specs(const char *cmd, const char *list, char **specs, int *n) 
 /* ---- bench bw ------------------------------------------------------------------- */
 
 static int bench_bw(int argc, char **argv) {
-    int mib = 1024, runs = 7, threads = 0, json = 0;
+    int mib = 1024, runs = 7, threads = 0, json = 0, cpu_clock = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int bad = 0;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: kvcomp bench bw [--size MIB] [--runs N] [-t N] [--json]\n\n"
+            printf("usage: kvcomp bench bw [--size MIB] [--runs N] [-t N] [--cpu-clock] [--json]\n\n"
                    "Measured read bandwidth: all threads sum a buffer (default 1024 MiB) with\n"
-                   "the widest vector loads of the active ISA; the best of --runs (default 7).\n");
+                   "the widest vector loads of the active ISA; the best of --runs (default 7).\n"
+                   "--cpu-clock times with the process CPU clock (use with -t 1 on a loaded\n"
+                   "machine: time given to other processes is left out).\n");
             return 0;
         } else if (flag(argc, argv, &i, NULL, "--size", &v, &bad)) {
             bad = bad || int_flag("--size", v, 64, 1 << 16, &mib);
@@ -103,6 +105,8 @@ static int bench_bw(int argc, char **argv) {
             bad = bad || int_flag("-t", v, 1, 1024, &threads);
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
+        } else if (strcmp(argv[i], "--cpu-clock") == 0) {
+            cpu_clock = 1;
         } else {
             fprintf(stderr, "kvcomp bench bw: unknown option '%s'\n", argv[i]);
             return 2;
@@ -110,7 +114,7 @@ static int bench_bw(int argc, char **argv) {
         if (bad) return 2;
     }
     kvc_bench_bw_result r;
-    if (kvc_bench_bw((size_t)mib << 20, runs, threads, &r) != KVC_OK) {
+    if (kvc_bench_bw((size_t)mib << 20, runs, threads, cpu_clock, &r) != KVC_OK) {
         fprintf(stderr, "kvcomp bench bw: %s\n", kvc_last_error());
         return 1;
     }
@@ -122,6 +126,7 @@ static int bench_bw(int argc, char **argv) {
         kvc_report_machine_json(&j, r.n_threads);
         kvc_json_kv_uint(&j, "bytes", r.bytes);
         kvc_json_kv_int(&j, "runs", r.runs);
+        kvc_json_kv_str(&j, "clock", cpu_clock ? "process cpu" : "wall");
         kvc_json_kv_num(&j, "best_gbps", r.best_gbps);
         kvc_json_kv_num(&j, "median_gbps", r.median_gbps);
         kvc_json_obj_end(&j);
@@ -131,7 +136,8 @@ static int bench_bw(int argc, char **argv) {
         kvc_report_cpu_name(cpu, sizeof cpu);
         printf("bench bw: %s, %d threads, %s loads, %zu MiB x %d runs\n", cpu, r.n_threads,
                kvc_isa_name(kvc_active_isa()), r.bytes >> 20, r.runs);
-        printf("read bandwidth: best %.2f GB/s, median %.2f GB/s\n", r.best_gbps, r.median_gbps);
+        printf("read bandwidth: best %.2f GB/s, median %.2f GB/s%s\n", r.best_gbps, r.median_gbps,
+               cpu_clock ? " (process CPU clock)" : "");
     }
     return 0;
 }
@@ -141,7 +147,8 @@ static int bench_bw(int argc, char **argv) {
 static const char k_attn_usage[] =
     "usage: kvcomp bench attn [--ctx LIST] [--kv LIST] [-m MODEL | --heads Q --kv-heads K\n"
     "                         --head-dim D] [--dump FILE [--dump-layer L]] [--layers N]\n"
-    "                         [--reps N] [--min-time S] [--seed S] [-t N] [--no-bw] [--json]\n\n"
+    "                         [--reps N] [--min-time S] [--seed S] [-t N] [--cpu-clock]\n"
+    "                         [--no-bw] [--json]\n\n"
     "Decode attention of one layer, all heads, at each --ctx, for every method of --kv in\n"
     "the same run (put the baseline first: ratios are against it). K/V are synthetic, or\n"
     "one layer of a `kvcomp dump-kv` file repeated to the length. The cache is filled through\n"
@@ -161,6 +168,8 @@ static const char k_attn_usage[] =
     "      --min-time S   and at least S seconds per method and ctx (default 0.5)\n"
     "      --seed S       synthetic K/V seed (default 1)\n"
     "  -t, --threads N    worker threads (default: one per CPU)\n"
+    "      --cpu-clock    time steps (and bench bw) with the process CPU clock: with -t 1 on\n"
+    "                     a shared machine, leaves out time given to other processes\n"
     "      --no-bw        skip the bandwidth measurement (no %bw column)\n"
     "      --json         print one JSON object instead of the table\n";
 
@@ -168,7 +177,7 @@ static int bench_attn(int argc, char **argv) {
     const char *ctx_list = "4k,16k,64k,256k,1M", *kv = "full:f16,full:bf16,full:f32";
     const char *model = NULL, *dump = NULL;
     int heads = 9, kv_heads = 3, head_dim = 64, dump_layer = -1, layers = 0, reps = 0;
-    int threads = 0, no_bw = 0, json = 0;
+    int threads = 0, no_bw = 0, json = 0, cpu_clock = 0;
     long long seed = 1;
     double min_time = 0;
     for (int i = 1; i < argc; i++) {
@@ -205,6 +214,8 @@ static int bench_attn(int argc, char **argv) {
             bad = bad || int_flag("-t", v, 1, 1024, &threads);
         } else if (strcmp(argv[i], "--no-bw") == 0) {
             no_bw = 1;
+        } else if (strcmp(argv[i], "--cpu-clock") == 0) {
+            cpu_clock = 1;
         } else if (strcmp(argv[i], "--json") == 0) {
             json = 1;
         } else {
@@ -245,13 +256,14 @@ static int bench_attn(int argc, char **argv) {
         if (dump_layer < 0) dump_layer = (int)dh.n_layers / 2;
     }
     kvc_bench_bw_result bw = {0};
-    if (!no_bw && kvc_bench_bw(0, 5, threads, &bw) != KVC_OK) {
+    if (!no_bw && kvc_bench_bw(0, 5, threads, cpu_clock, &bw) != KVC_OK) {
         fprintf(stderr, "kvcomp bench attn: bandwidth: %s\n", kvc_last_error());
         kvc_spec_list_free(specs, n_specs);
         return 1;
     }
     kvc_bench_attn_params p = {heads, kv_heads, head_dim, ctxs, n_ctxs, threads, layers, reps,
-                               min_time, (uint64_t)seed, dump, dump_layer, bw.best_gbps};
+                               min_time, (uint64_t)seed, dump, dump_layer, bw.best_gbps,
+                               cpu_clock};
     kvc_bench_attn_row *rows = calloc((size_t)n_ctxs * n_specs, sizeof *rows);
     if (!rows || kvc_bench_attn_run(&p, specs, n_specs, rows) != KVC_OK) {
         fprintf(stderr, "kvcomp bench attn: %s\n", rows ? kvc_last_error() : "no memory");
@@ -270,6 +282,7 @@ static int bench_attn(int argc, char **argv) {
         kvc_json_kv_int(&j, "n_kv_heads", kv_heads);
         kvc_json_kv_int(&j, "head_dim", head_dim);
         kvc_json_kv_str(&j, "kv_source", dump ? dump : "synthetic");
+        kvc_json_kv_str(&j, "clock", cpu_clock ? "process cpu" : "wall");
         if (dump) kvc_json_kv_int(&j, "dump_layer", dump_layer);
         if (no_bw) {
             kvc_json_key(&j, "bw_gbps");
@@ -308,7 +321,9 @@ static int bench_attn(int argc, char **argv) {
                "%s\n",
                heads, kv_heads, head_dim, dump ? dump : "synthetic", cpu, n_threads,
                kvc_isa_name(kvc_active_isa()));
-        if (!no_bw) printf("read bandwidth (bench bw, this run): %.2f GB/s\n", bw.best_gbps);
+        if (!no_bw)
+            printf("read bandwidth (bench bw, this run): %.2f GB/s%s\n", bw.best_gbps,
+                   cpu_clock ? " (process CPU clock)" : "");
         printf("\n%9s  %-22s %6s %6s %11s %11s %10s %7s %6s %8s\n", "ctx", "method", "layers",
                "steps", "median us", "best us", "MiB/layer", "GB/s", "%bw", "x first");
         for (int i = 0; i < n_ctxs * n_specs; i++) {

@@ -103,9 +103,9 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
         double start = kvc_now_s();
         while (st == KVC_OK && n < cap && (n < min_reps * L || kvc_now_s() - start < min_s)) {
             for (int l = 0; st == KVC_OK && l < L && n < cap; l++) {
-                double a = kvc_now_s();
+                double a = p->cpu_clock ? kvc_cpu_s() : kvc_now_s();
                 st = kvc_cache_attend(c, l, q + l * qs, out);
-                t[n++] = kvc_now_s() - a;
+                t[n++] = (p->cpu_clock ? kvc_cpu_s() : kvc_now_s()) - a;
             }
         }
         if (st == KVC_OK) {

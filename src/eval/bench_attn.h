@@ -29,6 +29,7 @@ typedef struct kvc_bench_attn_params {
     const char *dump;    /* K/V dump file, or NULL for synthetic K/V */
     int dump_layer;      /* the dump's layer to use; -1: the middle one */
     double bw_gbps;      /* measured read bandwidth for the fraction; <= 0: not reported */
+    int cpu_clock;       /* time steps with the process CPU clock (for one thread) */
 } kvc_bench_attn_params;
 
 typedef struct kvc_bench_attn_row {

@@ -20,7 +20,9 @@ typedef struct kvc_bench_bw_result {
 } kvc_bench_bw_result;
 
 /* bytes: buffer size (0: 1 GiB); runs: repetitions (0: 7); n_threads <= 0:
- * one per CPU. */
-kvc_status kvc_bench_bw(size_t bytes, int runs, int n_threads, kvc_bench_bw_result *out);
+ * one per CPU. cpu_clock: time with the process CPU clock instead of the wall
+ * clock (meaningful with one thread on a shared machine). */
+kvc_status kvc_bench_bw(size_t bytes, int runs, int n_threads, int cpu_clock,
+                        kvc_bench_bw_result *out);
 
 #endif
