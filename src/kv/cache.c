@@ -42,7 +42,8 @@ void kvc_cache_free(kvc_cache *c) {
     free(c->qg);
     free(c->hook_st);
     kvc_attend_ws_free(c->ws);
-    kvc_prefill_ws_free(c->pws);
+    for (int i = 0; i < c->n_pws; i++) kvc_prefill_ws_free(c->pws[i]);
+    free(c->pws);
     free(c);
 }
 
@@ -89,7 +90,10 @@ kvc_status kvc_cache_create(const kvc_cache_shape *shape, const char *spec, stru
     c->hook_st = calloc((size_t)shape->n_kv_heads, sizeof *c->hook_st);
     if (!c->streams || !c->reqs || !c->hook_st) st = kvc_fail(KVC_ERR_NOMEM, "cache streams (%d)", c->n_streams);
     if (st == KVC_OK) st = kvc_attend_ws_create(&c->ws);
-    if (st == KVC_OK) st = kvc_prefill_ws_create(&c->pws);
+    c->n_pws = pool ? kvc_pool_threads(pool) : 1;
+    c->pws = calloc((size_t)c->n_pws, sizeof *c->pws);
+    if (!c->pws) st = kvc_fail(KVC_ERR_NOMEM, "prefill workspaces");
+    for (int i = 0; i < c->n_pws && st == KVC_OK; i++) st = kvc_prefill_ws_create(&c->pws[i]);
     c->i_hot_leave = c->i_build = c->i_select = -1;
     for (int j = 0; j < c->spec.n && st == KVC_OK; j++) {
         const kvc_method *m = c->spec.m[j];
@@ -278,22 +282,56 @@ kvc_status kvc_cache_attend(kvc_cache *c, int layer, const float *q, float *out)
 
 /* ---- prefill ----------------------------------------------------------------------- */
 
+typedef struct prefill_job {
+    kvc_cache *c;
+    int layer, n, n_tiles;
+    const float *q, *k, *v;
+    float *out;
+    kvc_status *st; /* per task */
+} prefill_job;
+
+static void prefill_task(void *ctx, int task, int thread) {
+    prefill_job *p = ctx;
+    kvc_cache *c = p->c;
+    int nkv = c->shape.n_kv_heads, d = c->shape.head_dim, nh = c->shape.n_heads;
+    int h = task / p->n_tiles, tile = task % p->n_tiles;
+    kvc_stream *s = c->streams[p->layer * nkv + h];
+    int t0 = tile * KVC_PREFILL_QTILE;
+    p->st[task] = kvc_prefill_attend(s, c->G, p->n, p->q + (size_t)h * c->G * d, nh * d, p->k + (size_t)h * d,
+                                     p->v + (size_t)h * d, nkv * d, p->out + (size_t)h * c->G * d, nh * d, t0,
+                                     t0 + KVC_PREFILL_QTILE, c->pws[thread]);
+}
+
+/* OpenBLAS (pthreads) would start its own threads inside each of our tasks;
+ * the tasks already fill the machine, so BLAS runs single-threaded meanwhile. */
+int openblas_get_num_threads(void);
+void openblas_set_num_threads(int n);
+
 kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, const float *k,
                              const float *v, float *out) {
     KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
               layer, c->shape.n_layers);
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "cache prefill: %d tokens", n);
-    int nkv = c->shape.n_kv_heads, d = c->shape.head_dim, nh = c->shape.n_heads;
+    int nkv = c->shape.n_kv_heads;
     int64_t have = c->streams[layer * nkv]->n_pos;
     KVC_CHECK(have + n <= c->shape.max_tokens, KVC_ERR_RANGE,
               "cache layer %d: %lld + %d tokens exceed the capacity of %d tokens", layer,
               (long long)have, n, c->shape.max_tokens);
     if (n == 0) return KVC_OK;
-    for (int h = 0; h < nkv; h++) {
-        kvc_stream *s = c->streams[layer * nkv + h];
-        KVC_TRY(kvc_prefill_attend(s, c->G, n, q + (size_t)h * c->G * d, nh * d, k + (size_t)h * d,
-                                   v + (size_t)h * d, nkv * d, out + (size_t)h * c->G * d, nh * d, c->pws));
-    }
+    prefill_job p = {.c = c, .layer = layer, .n = n, .n_tiles = (n + KVC_PREFILL_QTILE - 1) / KVC_PREFILL_QTILE,
+                     .q = q, .k = k, .v = v, .out = out};
+    int n_tasks = nkv * p.n_tiles;
+    p.st = malloc((size_t)n_tasks * sizeof *p.st);
+    if (!p.st) return kvc_fail(KVC_ERR_NOMEM, "prefill tasks (%d)", n_tasks);
+    int parallel = c->pool && kvc_pool_threads(c->pool) > 1 && n_tasks > 1;
+    int blas_threads = parallel ? openblas_get_num_threads() : 1;
+    if (parallel) openblas_set_num_threads(1);
+    kvc_pool_run(parallel ? c->pool : NULL, n_tasks, prefill_task, &p);
+    if (parallel) openblas_set_num_threads(blas_threads);
+    kvc_status st = KVC_OK;
+    for (int i = 0; i < n_tasks && st == KVC_OK; i++) st = p.st[i];
+    free(p.st);
+    KVC_TRY(st);
     return kvc_cache_append_n(c, layer, n, k, v, q);
 }
 
@@ -319,7 +357,8 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
                 out->buffer_bytes += c->spec.m[j]->ops.buffer_bytes(c->mstate[j], s, s->mstate[j]);
         live += (uint64_t)kvc_stream_live_tokens(s);
     }
-    out->buffer_bytes += kvc_attend_ws_bytes(c->ws) + kvc_prefill_ws_bytes(c->pws);
+    out->buffer_bytes += kvc_attend_ws_bytes(c->ws);
+    for (int i = 0; i < c->n_pws; i++) out->buffer_bytes += kvc_prefill_ws_bytes(c->pws[i]);
     int nl = c->shape.n_layers, nkv = c->shape.n_kv_heads, d = c->shape.head_dim;
     out->tokens = live / (uint64_t)(nl * nkv);
     uint64_t total = out->payload_bytes + out->meta_bytes + out->index_bytes + out->window_bytes + out->buffer_bytes;

@@ -21,7 +21,8 @@ struct kvc_cache {
     kvc_stream **streams;         /* [n_layers][n_kv_heads] */
     struct kvc_pool *pool;        /* borrowed */
     kvc_attend_ws *ws;
-    kvc_prefill_ws *pws;
+    kvc_prefill_ws **pws;         /* one per pool thread */
+    int n_pws;
     kvc_attend_req *reqs;         /* [n_kv_heads] */
     kvc_status *hook_st;          /* [n_kv_heads] per-task status */
     float *qg;

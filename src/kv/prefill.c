@@ -16,7 +16,7 @@
 #include "base/status.h"
 #include "kv/softmax.h"
 
-enum { QT = 64, KT = 256 };
+enum { QT = KVC_PREFILL_QTILE, KT = 256 };
 
 struct kvc_prefill_ws {
     float *qm, *om, *s, *m, *l, *kt, *vt;
@@ -107,12 +107,13 @@ static void scores(kvc_prefill_ws *w, int rows, int d, const float *kt, int ldk,
 
 kvc_status kvc_prefill_attend(const kvc_stream *s, int G, int n, const float *q, int ldq,
                               const float *k, const float *v, int ldkv, float *out, int ldo,
-                              kvc_prefill_ws *w) {
+                              int t_begin, int t_end, kvc_prefill_ws *w) {
     int d = s->dim;
     KVC_TRY(reserve(w, G, d));
     float scale = 1.0f / sqrtf((float)d);
-    for (int t0 = 0; t0 < n; t0 += QT) {
-        int nt = n - t0 < QT ? n - t0 : QT, rows = nt * G;
+    if (t_end > n) t_end = n;
+    for (int t0 = t_begin; t0 < t_end; t0 += QT) {
+        int nt = t_end - t0 < QT ? t_end - t0 : QT, rows = nt * G;
         for (int i = 0; i < nt; i++)
             for (int g = 0; g < G; g++) {
                 const float *src = q + (size_t)(t0 + i) * ldq + (size_t)g * d;

@@ -10,10 +10,15 @@ kvc_status kvc_prefill_ws_create(kvc_prefill_ws **out);
 void kvc_prefill_ws_free(kvc_prefill_ws *w);
 uint64_t kvc_prefill_ws_bytes(const kvc_prefill_ws *w);
 
+/* Query tokens are processed in tiles of this many; tiles are independent. */
+enum { KVC_PREFILL_QTILE = 64 };
+
 /* q: query i, head g at q[i*ldq + g*dim]; k, v: token i at k[i*ldkv]; out like q
- * (ldo). Past = everything the stream holds now (the chunk is not yet appended). */
+ * (ldo). Past = everything the stream holds now (the chunk is not yet appended).
+ * Computes the outputs of query tokens [t_begin, t_end) only (any split of
+ * [0, n) at multiples of KVC_PREFILL_QTILE may run in parallel, one ws each). */
 kvc_status kvc_prefill_attend(const kvc_stream *s, int G, int n, const float *q, int ldq,
                               const float *k, const float *v, int ldkv, float *out, int ldo,
-                              kvc_prefill_ws *w);
+                              int t_begin, int t_end, kvc_prefill_ws *w);
 
 #endif
