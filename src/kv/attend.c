@@ -23,7 +23,7 @@
 #include "base/threadpool.h"
 #include "kv/softmax.h"
 
-enum { TILE = 256, MAX_THREADS = 256 };
+enum { TILE = 256, MAX_THREADS = 256, SERIAL_TOKENS = 2048 };
 
 typedef struct item {
     int ci;        /* chunk index, -1 = hot window */
@@ -544,8 +544,11 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
     int n_threads = pool ? kvc_pool_threads(pool) : 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
 
+    /* planning is cheap unless units are scored: fork only for selection */
+    int any_select = 0;
+    for (int i = 0; i < n_req; i++) any_select |= reqs[i].plan.budget >= 0;
     plan_ctx pc = {.reqs = reqs, .ws = ws, .o = o};
-    kvc_pool_run(n_req > 1 ? pool : NULL, n_req, plan_task, &pc);
+    kvc_pool_run(n_req > 1 && any_select ? pool : NULL, n_req, plan_task, &pc);
     int dmax = 0, dv_max = 1, n_parts = 0;
     for (int i = 0; i < n_req; i++) {
         req_state *r = &ws->reqs[i];
@@ -580,8 +583,12 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
             ws->parts[r->part0 + p] = (part){.req = i, .item0 = start, .item1 = it};
         }
     }
+    /* a short context is not worth a fork-join (decode runs this per layer) */
+    int64_t total = 0;
+    for (int i = 0; i < n_req; i++) total += ws->reqs[i].n_tokens;
+    int fork = n_parts > 1 && (o->split > 0 || total >= SERIAL_TOKENS);
     run_ctx rc = {.reqs = reqs, .ws = ws, .o = o, .dmax = dmax};
-    kvc_pool_run(n_parts > 1 ? pool : NULL, n_parts, run_part, &rc);
+    kvc_pool_run(fork ? pool : NULL, n_parts, run_part, &rc);
 
     /* phase 3: merge parts in order; attention weights */
     for (int i = 0; i < n_req; i++) {
