@@ -5,13 +5,17 @@
 #include "base/status.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <immintrin.h>
 
-enum { SPIN_ITERS = 1 << 16 };
+/* Spin this many pauses before yielding the core (waiting for workers) or
+ * sleeping (waiting for a job): short enough that an oversubscribed machine
+ * (tests run in parallel, other processes) does not burn whole time slices. */
+enum { SPIN_ITERS = 1 << 12 };
 
 struct kvc_pool {
     int n_threads;
@@ -138,8 +142,11 @@ void kvc_pool_run(kvc_pool *p, int n_tasks, kvc_task_fn fn, void *ctx) {
         pthread_mutex_unlock(&p->mu);
     }
     run_tasks(p, 0);
-    while (atomic_load_explicit(&p->done_workers, memory_order_acquire) < p->n_threads - 1)
-        _mm_pause();
+    for (int spins = 0;
+         atomic_load_explicit(&p->done_workers, memory_order_acquire) < p->n_threads - 1; spins++) {
+        if (spins < SPIN_ITERS) _mm_pause();
+        else sched_yield(); /* a worker was descheduled: give it the core */
+    }
 }
 
 int kvc_default_threads(void) {

@@ -56,7 +56,7 @@ static void test_pool_runs_each_task_once(void **state) {
         kvc_pool *p;
         assert_int_equal(kvc_pool_create(nt, &p), KVC_OK);
         assert_int_equal(kvc_pool_threads(p), nt);
-        for (int rep = 0; rep < 200; rep++) {
+        for (int rep = 0; rep < 50; rep++) {
             int hits[37] = {0};
             kvc_pool_run(p, 37, count_task, hits);
             for (int i = 0; i < 37; i++) assert_int_equal(hits[i], 1);
