@@ -1,6 +1,7 @@
 /* `kvcomp inspect`: a GGUF file's header, metadata and tensor table (name,
  * type, shape, bytes), as text or --json, through kvc_inspect. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli/args.h"
 #include "cli/cli.h"
@@ -25,7 +26,11 @@ int kvc_cli_inspect(int argc, char **argv) {
     const char *path = a.n_pos == 1 ? a.pos[0] : a.model ? a.model : KVC_DEFAULT_MODEL;
     if (kvc_inspect(path, stdout, a.json) != KVC_OK) {
         fflush(stdout);
-        fprintf(stderr, "kvcomp inspect: %s: %s\n", path, kvc_last_error());
+        const char *err = kvc_last_error();
+        if (strncmp(err, path, strlen(path)) == 0) /* the message already names the file */
+            fprintf(stderr, "kvcomp inspect: %s\n", err);
+        else
+            fprintf(stderr, "kvcomp inspect: %s: %s\n", path, err);
         return 1;
     }
     return 0;

@@ -30,7 +30,11 @@ int kvc_session_open(kvc_session *s, const kvc_args *a, const char *cmd) {
     }
     const char *path = a->model ? a->model : KVC_DEFAULT_MODEL;
     if (kvc_model_load(path, &s->m) != KVC_OK) {
-        fprintf(stderr, "kvcomp %s: cannot load model %s: %s\n", cmd, path, kvc_last_error());
+        const char *err = kvc_last_error();
+        if (strncmp(err, path, strlen(path)) == 0) /* the message already names the file */
+            fprintf(stderr, "kvcomp %s: cannot load model %s\n", cmd, err);
+        else
+            fprintf(stderr, "kvcomp %s: cannot load model %s: %s\n", cmd, path, err);
         if (!a->model) fprintf(stderr, "  (fetch the default model with scripts/fetch-model, or give one with -m)\n");
         return 1;
     }
