@@ -177,8 +177,8 @@ void kvc_pv_bitmap_f16_avx512(const kvc_bitmap_view *v, int n, const float *p, i
 }
 
 /* Top-k pruning mask (kvc_prune_topk, mustafar_prune.c) without a sort: the
- * keep-th largest |score| bit pattern is found bit by bit from the top (31
- * rounds of a vector compare-and-count), then the values above it and the
+ * keep-th largest |score| bit pattern is found from the top bit down, two
+ * bits per round of vector compare-and-count, then the values above it and the
  * lowest-index ties fill the mask. Same result as the reference. */
 void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask) {
     int nw = (d + 63) / 64, nv = (d + 15) / 16;
@@ -192,12 +192,21 @@ void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask) 
         valid[j] = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         a[j] = _mm512_and_si512(_mm512_maskz_loadu_epi32(valid[j], score + 16 * j), absm);
     }
+    /* two bits per round: the three candidates are counted in parallel, so
+     * the dependent chain is 16 rounds long instead of 31 (no branches) */
     uint32_t T = 0;
-    for (int b = 30; b >= 0; b--) {
-        __m512i cand = _mm512_set1_epi32((int)(T | (1u << b)));
-        int cnt = 0;
-        for (int j = 0; j < nv; j++) cnt += __builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid[j], a[j], cand));
-        if (cnt >= keep) T |= 1u << b;
+    for (int b = 30; b >= 0; b -= 2) {
+        uint32_t lo = b > 0 ? 1u << (b - 1) : 0, hi = 1u << b;
+        uint32_t c1 = T | lo, c2 = T | hi, c3 = T | hi | lo;
+        __m512i v1 = _mm512_set1_epi32((int)c1), v2 = _mm512_set1_epi32((int)c2), v3 = _mm512_set1_epi32((int)c3);
+        int n1 = 0, n2 = 0, n3 = 0;
+        for (int j = 0; j < nv; j++) {
+            n1 += __builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid[j], a[j], v1));
+            n2 += __builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid[j], a[j], v2));
+            n3 += __builtin_popcount(_mm512_mask_cmpge_epu32_mask(valid[j], a[j], v3));
+        }
+        /* counts fall as the candidate rises: take the largest one still >= keep */
+        T = n3 >= keep ? c3 : n2 >= keep ? c2 : n1 >= keep ? c1 : T;
     }
     __m512i t = _mm512_set1_epi32((int)T);
     uint64_t gt[KVC_BITMAP_MAX_D / 64] = {0}, eq[KVC_BITMAP_MAX_D / 64] = {0};
@@ -216,5 +225,29 @@ void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask) 
         uint64_t sel = take <= 0 ? 0 : take >= 64 ? eq[w] : _pdep_u64((1ull << take) - 1, eq[w]);
         mask[w] = gt[w] | sel;
         need -= take;
+    }
+}
+
+/* kvc_bitmap_pack: the kept values of 16 channels at a time compressed
+ * (VCOMPRESSPS) and converted to f16 (VCVTPS2PH, round to nearest even, as
+ * kvc_f32_to_f16; a NaN keeps its payload's top bits instead of becoming the
+ * reference's canonical quiet NaN). */
+void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
+    int nt = kvc_bitmap_tiles(d), nv = (d + 15) / 16;
+    for (int t = 0; t < nt; t++) {
+        uint64_t m = mask[t];
+        if (t == nt - 1 && (d & 63)) m &= (1ull << (d & 63)) - 1;
+        bits[t] = m;
+    }
+    for (int j = 0; j < nv; j++) {
+        int left = d - 16 * j;
+        __mmask16 valid = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __mmask16 m = (__mmask16)(bits[j >> 2] >> (16 * (j & 3))) & valid;
+        if (!m) continue;
+        __m512 v = _mm512_maskz_compress_ps(m, _mm512_maskz_loadu_ps(valid, x + 16 * j));
+        __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        int c = __builtin_popcount(m);
+        _mm256_mask_storeu_epi16(vals, (__mmask16)((1u << c) - 1), h);
+        vals += c;
     }
 }

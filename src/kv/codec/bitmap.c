@@ -13,7 +13,7 @@
 #include "base/status.h"
 #include "kv/method/mustafar_prune.h"
 
-void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
+void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
     int nt = kvc_bitmap_tiles(d), w = 0;
     for (int t = 0; t < nt; t++) {
         uint64_t m = mask[t];
@@ -82,11 +82,13 @@ void kvc_pv_bitmap_f16_scalar(const kvc_bitmap_view *v, int n, const float *p, i
 }
 
 static kvc_bitmap_kernels active_kernels = {kvc_qk_bitmap_f16_scalar, kvc_pv_bitmap_f16_scalar};
+static void (*pack_fn)(const float *, const uint64_t *, int, uint64_t *, kvc_f16 *) = kvc_bitmap_pack_scalar;
 static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
 
 static void kernels_init(void) {
     kvc_isa isa = kvc_active_isa();
     if (isa >= KVC_ISA_AVX512) {
+        pack_fn = kvc_bitmap_pack_avx512;
         active_kernels.qk = kvc_qk_bitmap_f16_avx512;
         active_kernels.pv = kvc_pv_bitmap_f16_avx512;
     } else if (isa >= KVC_ISA_AVX2) {
@@ -98,6 +100,11 @@ static void kernels_init(void) {
 const kvc_bitmap_kernels *kvc_bitmap_kernels_get(void) {
     pthread_once(&kernels_once, kernels_init);
     return &active_kernels;
+}
+
+void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
+    pthread_once(&kernels_once, kernels_init);
+    pack_fn(x, mask, d, bits, vals);
 }
 
 /* ---- codec ----------------------------------------------------------------- */

@@ -43,6 +43,10 @@ typedef struct kvc_bitmap_view {
  * values x[c] at set bits are stored as f16 in channel order. */
 void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals);
 
+/* The scalar reference of pack and its AVX-512 variant (kvc_bitmap_pack picks one). */
+void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals);
+void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals);
+
 /* Unpacks one token to d floats (pruned channels are 0). */
 void kvc_bitmap_unpack(const uint64_t *bits, const kvc_f16 *vals, int d, float *x);
 
