@@ -1,10 +1,11 @@
 /* Dense codecs f32 / f16 / bf16 (DESIGN.md §4 "Codec", the `full` method and
- * every hot window): a blob is rows [n][dim] of one element type in a 64-byte
- * aligned buffer that grows by doubling (appendable; spare capacity counts as
- * metadata). This file holds the codec tables and the scalar reference
+ * every hot window): a blob is rows [n][dim] of one element type in a buffer
+ * that grows by 1/16 (appendable; spare capacity counts as metadata; kernels
+ * use unaligned loads). This file holds the codec tables and the scalar reference
  * kernels; SIMD kernels are in src/kernels/<isa>/kv_dense_<isa>.c. */
 #include "kv/codec/dense.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -129,19 +130,29 @@ static void store_rows(kvc_dense_type t, void *dst, const float *x, int n, int d
     }
 }
 
-static kvc_status reserve(const kvc_codec *c, dense_blob *b, int need) {
-    if (need <= b->cap) return KVC_OK;
-    int cap = b->cap ? b->cap : 16;
-    while (cap < need) cap = cap > (1 << 29) ? need : cap * 2;
+/* Capacity grows by 1/16 (at least 16 rows) with realloc, which extends large
+ * blocks in place (mremap) more often than not: spare capacity stays below
+ * ~6% of a blob, the cost of copying amortised over 16 appends. */
+static kvc_status resize(const kvc_codec *c, dense_blob *b, int cap) {
     size_t row = (size_t)c->dim * elem_size(type_of(c));
-    size_t bytes = ((size_t)cap * row + 63) & ~(size_t)63;
-    void *r = aligned_alloc(64, bytes ? bytes : 64);
+    void *r = realloc(b->rows, (size_t)(cap ? cap : 1) * row);
     if (!r) return kvc_fail(KVC_ERR_NOMEM, "dense %s blob: %d rows of %zu bytes", c->ops->name, cap, row);
-    if (b->n) memcpy(r, b->rows, (size_t)b->n * row);
-    free(b->rows);
     b->rows = r;
     b->cap = cap;
     return KVC_OK;
+}
+
+static kvc_status reserve(const kvc_codec *c, dense_blob *b, int need) {
+    if (need <= b->cap) return KVC_OK;
+    int64_t cap = b->cap + (b->cap / 16 > 16 ? b->cap / 16 : 16);
+    if (cap < need) cap = need;
+    cap = (cap + 15) & ~(int64_t)15;
+    return resize(c, b, cap > INT32_MAX ? need : (int)cap);
+}
+
+void kvc_dense_trim(const kvc_codec *c, void *blob) {
+    dense_blob *b = blob;
+    if (b->cap > b->n) resize(c, b, b->n); /* a failed shrink keeps the old buffer */
 }
 
 static kvc_status dense_append(const kvc_codec *c, void *blob, const float *x, int n, int ld) {
@@ -174,13 +185,7 @@ static void shrink(const kvc_codec *c, dense_blob *b) {
     if (b->cap <= 16 || b->n * 4 > b->cap) return;
     int cap = 16;
     while (cap < 2 * b->n) cap *= 2;
-    size_t row = (size_t)c->dim * elem_size(type_of(c));
-    void *r = aligned_alloc(64, ((size_t)cap * row + 63) & ~(size_t)63);
-    if (!r) return; /* keep the larger buffer */
-    if (b->n) memcpy(r, b->rows, (size_t)b->n * row);
-    free(b->rows);
-    b->rows = r;
-    b->cap = cap;
+    resize(c, b, cap); /* a failed shrink keeps the larger buffer */
 }
 
 static void dense_drop_front(const kvc_codec *c, void *blob, int n) {

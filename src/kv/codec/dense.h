@@ -1,6 +1,6 @@
 /* Dense codecs f32 / f16 / bf16 (the `full` method, hot windows, reference):
- * a blob is rows [n][dim] of one element type, appendable, with spare
- * capacity counted as metadata. Kernels: qk (G queries against n rows) and
+ * a blob is rows [n][dim] of one element type, appendable (capacity
+ * grows by 1/16), with spare capacity counted as metadata. Kernels: qk (G queries against n rows) and
  * pv (accumulate G probability rows times n value rows), a scalar reference
  * in codec/dense.c and AVX2 / AVX-512 variants in src/kernels/<isa>/kv_dense_*.c,
  * registered over the references at start-up by kvc_codecs_init(). */
@@ -43,6 +43,8 @@ void kvc_dense_init(kvc_isa isa);
 const void *kvc_dense_rows(const void *blob);
 /* Keeps only the first n rows (n <= count). */
 void kvc_dense_truncate(void *blob, int n);
+/* Frees spare capacity (a chunk that will not grow any more). */
+void kvc_dense_trim(const kvc_codec *c, void *blob);
 
 /* SIMD variants (src/kernels/<isa>/kv_dense_<isa>.c). */
 void kvc_qk_dense_f32_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);

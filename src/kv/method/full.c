@@ -48,6 +48,10 @@ static kvc_status full_build_chunk(void *state, kvc_stream *s, void *sstate, con
             }
             last->n += take;
             done += take;
+            if (last->n == cfg->block) { /* full: give back the spare capacity */
+                kvc_dense_trim(&last->kc, last->kb);
+                kvc_dense_trim(&last->vc, last->vb);
+            }
             continue;
         }
         kvc_chunk *ch = NULL;
