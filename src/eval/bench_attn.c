@@ -27,14 +27,12 @@ typedef struct dump_kv {
 } dump_kv;
 
 /* Fills a layer with ctx tokens: synthetic, or the dump's tokens repeated. */
-static kvc_status fill_layer(kvc_cache *c, int layer, int ctx, const dump_kv *d, size_t row,
-                             uint64_t seed) {
+static kvc_status fill_layer(kvc_cache *c, int layer, int ctx, const dump_kv *d, uint64_t seed) {
     if (!d) return kvc_cache_load_random(c, layer, ctx, seed);
     for (int64_t t = 0; t < ctx; t += d->n) {
         int64_t n = ctx - t < d->n ? ctx - t : d->n;
         KVC_TRY(kvc_cache_load(c, layer, n, d->k, d->v));
     }
-    (void)row;
     return KVC_OK;
 }
 
@@ -93,7 +91,7 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
     if (st == KVC_OK) st = kvc_cache_create(&shape, spec, pool, &c);
     double t0 = kvc_now_s();
     for (int l = 0; st == KVC_OK && l < L; l++)
-        st = fill_layer(c, l, ctx, d, (size_t)p->n_kv_heads * p->head_dim, p->seed + (uint64_t)l);
+        st = fill_layer(c, l, ctx, d, p->seed + (uint64_t)l);
     row->fill_s = kvc_now_s() - t0;
     if (st == KVC_OK) {
         make_queries(p, d, L, q);
