@@ -16,6 +16,7 @@
 #include "kv/attend.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,6 +187,32 @@ static int cmp_score_desc(const void *a, const void *b, void *ctx) {
     return *(const int *)a - *(const int *)b; /* stable: earlier unit first */
 }
 
+/* Reorders idx[0..n) so that its first k entries are the k best by
+ * cmp_score_desc (in any order): quickselect with median-of-three pivots. */
+static void select_top(int *idx, size_t n, size_t k, const float *score) {
+    size_t lo = 0, hi = n; /* the k-th best lies in [lo, hi) */
+    while (hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        int a = idx[lo], b = idx[mid], c = idx[hi - 1], piv;
+        /* median of three by the same order */
+        if (cmp_score_desc(&a, &b, (void *)score) > 0) { int t = a; a = b; b = t; }
+        if (cmp_score_desc(&b, &c, (void *)score) > 0) { int t = b; b = c; c = t; }
+        if (cmp_score_desc(&a, &b, (void *)score) > 0) { int t = a; a = b; b = t; }
+        piv = b;
+        /* three-way partition: better than pivot | pivot | worse */
+        size_t i = lo, lt = lo, gt = hi;
+        while (i < gt) {
+            int cm = cmp_score_desc(&idx[i], &piv, (void *)score);
+            if (cm < 0) { int t = idx[i]; idx[i] = idx[lt]; idx[lt] = t; lt++; i++; }
+            else if (cm > 0) { gt--; int t = idx[i]; idx[i] = idx[gt]; idx[gt] = t; }
+            else i++;
+        }
+        if (k <= lt) hi = lt;
+        else if (k >= gt) lo = gt;
+        else return;
+    }
+}
+
 typedef struct unit_ref {
     int32_t ci;
     kvc_range r;
@@ -243,17 +270,35 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
         }
         k += (size_t)n;
     }
-    qsort_r(r->uorder, nu, sizeof *r->uorder, cmp_score_desc, r->uscore);
+    /* Greedy in score order needs at most budget / shortest-unit units: put the
+     * best K first (quickselect, O(units)) and sort only those; if greedy runs
+     * out of them with budget left (it skipped long units), sort everything. */
+    int min_len = INT32_MAX;
+    for (size_t i = 0; i < nu; i++) {
+        int len = r->ur[i].end - r->ur[i].begin;
+        if (len < min_len) min_len = len;
+    }
+    size_t kk = nu;
+    if (nu > 0 && min_len > 0 && rq->plan.budget / min_len + 1 < (int64_t)nu) kk = (size_t)(rq->plan.budget / min_len) + 1;
+    if (kk < nu) select_top(r->uorder, nu, kk, r->uscore);
+    qsort_r(r->uorder, kk, sizeof *r->uorder, cmp_score_desc, r->uscore);
     unit_ref *u = malloc((nu ? nu : 1) * sizeof *u);
     if (!u) return kvc_fail(KVC_ERR_NOMEM, "selected units (%zu)", nu);
-    int64_t left = rq->plan.budget;
-    int n = 0;
-    for (size_t i = 0; i < nu && left > 0; i++) {
-        int j = r->uorder[i];
-        int len = r->ur[j].end - r->ur[j].begin;
-        if (len > left) continue;
-        u[n++] = (unit_ref){r->uci[j], r->ur[j]};
-        left -= len;
+    int64_t left;
+    int n;
+    for (int pass = 0;; pass++) {
+        left = rq->plan.budget;
+        n = 0;
+        for (size_t i = 0; i < kk && left > 0; i++) {
+            int j = r->uorder[i];
+            int len = r->ur[j].end - r->ur[j].begin;
+            if (len > left) continue;
+            u[n++] = (unit_ref){r->uci[j], r->ur[j]};
+            left -= len;
+        }
+        if (kk == nu || left < min_len || pass > 0) break;
+        qsort_r(r->uorder, nu, sizeof *r->uorder, cmp_score_desc, r->uscore);
+        kk = nu;
     }
     qsort(u, (size_t)n, sizeof *u, cmp_unit);
     if (rq->plan.reuse) { /* remember for the next step: one block, freed with free() */
