@@ -185,7 +185,7 @@ void kvc_session_summary(const kvc_session *s, FILE *out) {
     double kv_bytes = cs.bytes_per_token * (double)cs.tokens;
     fprintf(out,
             "prompt %d tok %.1f tok/s | decode %d tok %.1f tok/s | KV %s %.2f MiB, %.2f "
-            "bits/elem (%.2fx smaller than f16) | weights %.2fs attention %.2fs cache %.2fs\n",
+            "bits/elem, %.2fx compression vs f16 | weights %.2fs attention %.2fs cache %.2fs\n",
             s->n_prefill, rate(s->n_prefill, s->prefill_s), s->n_decode,
             rate(s->n_decode, s->decode_s), s->a->kv ? s->a->kv : "full:f32",
             kv_bytes / (1024.0 * 1024.0), cs.bits_per_element, cs.ratio_vs_f16, tm.weights_s,
