@@ -39,7 +39,6 @@ void kvc_cache_free(kvc_cache *c) {
     kvc_spec_free(&c->spec);
     free(c->streams);
     free(c->reqs);
-    free(c->qg);
     free(c->hook_st);
     kvc_attend_ws_free(c->ws);
     for (int i = 0; i < c->n_pws; i++) kvc_prefill_ws_free(c->pws[i]);
@@ -132,6 +131,7 @@ void kvc_cache_reset(kvc_cache *c) {
                 s->mstate[j] = NULL;
             }
         kvc_stream_clear(s);
+        c->tokens_seen = 0;
         free(s->sel_cache);
         s->sel_cache = NULL;
         for (int j = 0; j < c->spec.n; j++)
@@ -139,6 +139,19 @@ void kvc_cache_reset(kvc_cache *c) {
                 c->spec.m[j]->ops.stream_init(c->mstate[j], s, &s->mstate[j]) != KVC_OK)
                 s->mstate[j] = NULL; /* reported at the next append via the method */
     }
+}
+
+void kvc_cache_set_token_text(kvc_cache *c, kvc_token_text_fn text, void *ctx) {
+    c->token_text = text;
+    c->token_text_ctx = ctx;
+}
+
+void kvc_cache_observe_tokens(kvc_cache *c, const int32_t *tokens, int n) {
+    if (n <= 0) return;
+    for (int j = 0; j < c->spec.n; j++)
+        if (c->spec.m[j]->ops.on_tokens)
+            c->spec.m[j]->ops.on_tokens(c->mstate[j], tokens, n, c->tokens_seen, c->token_text, c->token_text_ctx);
+    c->tokens_seen += n;
 }
 
 int kvc_cache_tokens(const kvc_cache *c, int layer) {

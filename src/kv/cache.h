@@ -41,6 +41,14 @@ kvc_status kvc_cache_append(kvc_cache *c, int layer, const float *k, const float
 /* ... then attention of q [n_heads][head_dim] over everything the layer holds. */
 kvc_status kvc_cache_attend(kvc_cache *c, int layer, const float *q, float *out);
 
+/* Optional, for methods that look at the text (SentKV splits sentences at
+ * punctuation): the forward pass reports the token ids of the next n positions
+ * before running them. `text` (set once, may be NULL) returns a token's bytes
+ * like kvc_token_piece. Methods that need tokens fail without them. */
+typedef int (*kvc_token_text_fn)(void *ctx, int32_t token, char *buf, int cap);
+void kvc_cache_set_token_text(kvc_cache *c, kvc_token_text_fn text, void *ctx);
+void kvc_cache_observe_tokens(kvc_cache *c, const int32_t *tokens, int n);
+
 /* Tokens seen by a layer (including evicted ones: the position count). */
 int kvc_cache_tokens(const kvc_cache *c, int layer);
 

@@ -25,7 +25,9 @@ struct kvc_cache {
     int n_pws;
     kvc_attend_req *reqs;         /* [n_kv_heads] */
     kvc_status *hook_st;          /* [n_kv_heads] per-task status */
-    float *qg;
+    kvc_token_text_fn token_text;
+    void *token_text_ctx;
+    int64_t tokens_seen;          /* positions reported by kvc_cache_observe_tokens */
 };
 
 static inline kvc_stream *kvc_cache_stream(kvc_cache *c, int layer, int head) {

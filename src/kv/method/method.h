@@ -32,6 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv/cache.h" /* kvc_token_text_fn */
 #include "kv/stream.h"
 
 /* ---- parameters ------------------------------------------------------------ */
@@ -129,6 +130,12 @@ typedef struct kvc_method_ops {
 
     /* Bytes of method-owned buffers (update buffers, CPU-side copies) for the stats. */
     uint64_t (*buffer_bytes)(const void *state, const kvc_stream *s, const void *sstate);
+
+    /* The token ids of positions pos0 .. pos0+n-1, before their K/V arrive in
+     * any layer (only if the forward pass calls kvc_cache_observe_tokens);
+     * text (may be NULL) gives a token's bytes, e.g. to find punctuation (SentKV). */
+    void (*on_tokens)(void *state, const int32_t *tokens, int n, int64_t pos0,
+                      kvc_token_text_fn text, void *text_ctx);
 } kvc_method_ops;
 
 enum kvc_method_flags {
