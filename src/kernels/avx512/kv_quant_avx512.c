@@ -1,30 +1,27 @@
 /* AVX-512 fused dequantise-and-multiply for the quant codec (quant.h,
  * kvc_quant_wsum): 32 values of a row per pass in two 16-lane slices, up to
- * four weight vectors at a time. A slice's codes come from at most three
- * consecutive words (any bit width, including 3-bit's 11 values per word):
- * one masked load, a lane permute to bring each lane its word, a variable
- * shift and a mask, then a convert — the same unpack for every bit width. */
+ * four weight vectors at a time. A row's code words (at most 16) arrive with
+ * one masked load; each slice then takes a lane permute to bring each lane its
+ * word, a variable shift and a mask, then a convert: the same unpack for
+ * every bit width, including 3-bit's 11 values per word. The weights times
+ * the rows' scales, and the weights times the mins, are formed 16 rows at a
+ * time with vector f16 conversions before the row loop. */
 #include <immintrin.h>
 
 #include "kv/codec/quant.h"
 
 typedef struct slice {
-    __m512i idx, shift; /* word index relative to `base`, bit offset */
+    __m512i idx, shift; /* word index in the row, bit offset */
     __mmask16 lanes;    /* lanes holding values (< n) */
-    __mmask16 load;     /* words to load from base */
-    int base;
 } slice;
 
 static slice make_slice(int bits, int n, int j0) {
     slice s;
     int vpw = kvc_quant_vpw(bits);
     int32_t idx[16], sh[16];
-    s.base = j0 / vpw;
-    int last = j0;
     for (int l = 0; l < 16; l++) {
         int v = j0 + l;
-        if (v < n) last = v;
-        idx[l] = v / vpw - s.base;
+        idx[l] = v / vpw;
         sh[l] = (v % vpw) * bits;
         if (idx[l] > 15) idx[l] = 15, sh[l] = 0;
     }
@@ -32,45 +29,59 @@ static slice make_slice(int bits, int n, int j0) {
     s.shift = _mm512_loadu_si512(sh);
     int cnt = n > j0 ? n - j0 : 0;
     s.lanes = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
-    int words = last / vpw - s.base + 1;
-    s.load = (__mmask16)((1u << words) - 1);
     return s;
 }
 
-static inline __m512 unpack(const uint32_t *row, const slice *s, __m512i mask) {
-    __m512i w = _mm512_maskz_loadu_epi32(s->load, row + s->base);
+static inline __m512 unpack(__m512i w, const slice *s, __m512i mask) {
     __m512i c = _mm512_permutexvar_epi32(s->idx, w);
     c = _mm512_and_si512(_mm512_srlv_epi32(c, s->shift), mask);
     return _mm512_cvtepi32_ps(c);
 }
 
-/* NH weight vectors (1..4) over all rows for values j0..j0+31. */
+enum { ROWS = 64 }; /* rows whose weights are prepared at once */
+
+/* NH weight vectors (1..4) over all rows for values j0..j0+31. A row's words
+ * (at most 16: n <= 128 values) come in with one masked load. The per-row
+ * weights w*scale and the sum of w*min are computed 16 rows at a time first. */
 static inline __attribute__((always_inline)) void block(const kvc_qtile *t, const float *w,
                                                         ptrdiff_t ldw, float *out, ptrdiff_t ldo,
                                                         int j0, const int NH) {
     int wpr = kvc_quant_words(t->bits, t->n);
+    __mmask16 load = (__mmask16)((1u << wpr) - 1);
     __m512i mask = _mm512_set1_epi32((1 << t->bits) - 1);
     slice s0 = make_slice(t->bits, t->n, j0), s1 = make_slice(t->bits, t->n, j0 + 16);
     int two = s1.lanes != 0;
-    __m512 a0[4], a1[4];
-    float ms[4] = {0, 0, 0, 0};
-    for (int h = 0; h < NH; h++) a0[h] = a1[h] = _mm512_setzero_ps();
-    for (int r = 0; r < t->rows; r++) {
-        const uint32_t *row = t->words + (size_t)r * wpr;
-        float sc = _cvtsh_ss(t->scales[r]), mn = _cvtsh_ss(t->mins[r]);
-        __m512 c0 = unpack(row, &s0, mask);
-        __m512 c1 = two ? unpack(row, &s1, mask) : _mm512_setzero_ps();
-        for (int h = 0; h < NH; h++) {
-            float wr = w[h * ldw + r];
-            __m512 ws = _mm512_set1_ps(wr * sc);
-            ms[h] += wr * mn;
-            a0[h] = _mm512_fmadd_ps(ws, c0, a0[h]);
-            a1[h] = _mm512_fmadd_ps(ws, c1, a1[h]);
+    __m512 a0[4], a1[4], msv[4];
+    float ws[4][ROWS];
+    for (int h = 0; h < NH; h++) a0[h] = a1[h] = msv[h] = _mm512_setzero_ps();
+    for (int r0 = 0; r0 < t->rows; r0 += ROWS) {
+        int nr = t->rows - r0 < ROWS ? t->rows - r0 : ROWS;
+        for (int i = 0; i < nr; i += 16) {
+            int cnt = nr - i < 16 ? nr - i : 16;
+            __mmask16 m = (__mmask16)(cnt == 16 ? 0xffff : (1u << cnt) - 1);
+            __m512 sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, t->scales + r0 + i));
+            __m512 mn = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, t->mins + r0 + i));
+            for (int h = 0; h < NH; h++) {
+                __m512 wv = _mm512_maskz_loadu_ps(m, w + h * ldw + r0 + i);
+                _mm512_storeu_ps(ws[h] + i, _mm512_mul_ps(wv, sc));
+                msv[h] = _mm512_fmadd_ps(wv, mn, msv[h]);
+            }
+        }
+        const uint32_t *row = t->words + (size_t)r0 * wpr;
+        for (int r = 0; r < nr; r++, row += wpr) {
+            __m512i wd = _mm512_maskz_loadu_epi32(load, row);
+            __m512 c0 = unpack(wd, &s0, mask);
+            __m512 c1 = two ? unpack(wd, &s1, mask) : _mm512_setzero_ps();
+            for (int h = 0; h < NH; h++) {
+                __m512 wr = _mm512_set1_ps(ws[h][r]);
+                a0[h] = _mm512_fmadd_ps(wr, c0, a0[h]);
+                a1[h] = _mm512_fmadd_ps(wr, c1, a1[h]);
+            }
         }
     }
     for (int h = 0; h < NH; h++) {
         float *o = out + h * ldo + j0;
-        __m512 m = _mm512_set1_ps(ms[h]);
+        __m512 m = _mm512_set1_ps(_mm512_reduce_add_ps(msv[h]));
         __m512 o0 = _mm512_maskz_loadu_ps(s0.lanes, o);
         _mm512_mask_storeu_ps(o, s0.lanes, _mm512_add_ps(o0, _mm512_add_ps(a0[h], m)));
         if (two) {
