@@ -41,7 +41,8 @@ static void *make_matrix(uint32_t type, int64_t rows, int64_t n) {
     float *src = malloc(n * sizeof(float));
     if (!w || !src) exit(1);
     for (int64_t r = 0; r < rows; r++) {
-        for (int64_t i = 0; i < n; i++) src[i] = rnd();
+        for (int64_t i = 0; i < n; i++)
+            src[i] = rnd();
         kvc_wtype_ref(type)->quantize(src, w + r * rb, n);
     }
     free(src);
@@ -53,12 +54,15 @@ static int cmp_d(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static void bench_one(kvc_pool *pool, int threads, uint32_t type, int64_t rows, int64_t n, int reps) {
+static void bench_one(kvc_pool *pool, int threads, uint32_t type, int64_t rows, int64_t n,
+                      int reps) {
     void *w = make_matrix(type, rows, n);
     float *x = malloc(n * sizeof(float)), *y = malloc(rows * sizeof(float));
-    for (int64_t i = 0; i < n; i++) x[i] = rnd();
+    for (int64_t i = 0; i < n; i++)
+        x[i] = rnd();
     double *t = malloc(reps * sizeof(double));
-    for (int i = 0; i < 10; i++) kvc_matvec(pool, type, w, rows, n, x, y);
+    for (int i = 0; i < 10; i++)
+        kvc_matvec(pool, type, w, rows, n, x, y);
     for (int i = 0; i < reps; i++) {
         double t0 = now();
         kvc_matvec(pool, type, w, rows, n, x, y);
@@ -66,9 +70,9 @@ static void bench_one(kvc_pool *pool, int threads, uint32_t type, int64_t rows, 
     }
     qsort(t, reps, sizeof(double), cmp_d);
     double bytes = (double)kvc_wtype_row_bytes(type, n) * rows, med = t[reps / 2];
-    printf("%-7s single  %-5s %6lldx%-5lld t=%d %8.3f MB %9.1f us %7.1f GB/s\n", kvc_isa_name(kvc_active_isa()),
-           kvc_wtype_ref(type)->name, (long long)rows, (long long)n, threads, bytes / 1e6, med * 1e6,
-           bytes / med / 1e9);
+    printf("%-7s single  %-5s %6lldx%-5lld t=%d %8.3f MB %9.1f us %7.1f GB/s\n",
+           kvc_isa_name(kvc_active_isa()), kvc_wtype_ref(type)->name, (long long)rows, (long long)n,
+           threads, bytes / 1e6, med * 1e6, bytes / med / 1e9);
     free(w), free(x), free(y), free(t);
 }
 
@@ -91,7 +95,8 @@ __attribute__((target("avx2"))) static void bw_task(void *ctx, int task, int thr
         s3 = _mm256_add_epi64(s3, _mm256_load_si256(p + i + 3));
     }
     __m256i s = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
-    j->sums[thread & 63] += (uint64_t)_mm256_extract_epi64(s, 0) + (uint64_t)_mm256_extract_epi64(s, 3);
+    j->sums[thread & 63] +=
+        (uint64_t)_mm256_extract_epi64(s, 0) + (uint64_t)_mm256_extract_epi64(s, 3);
 }
 
 /* One decode token's matvecs of SmolLM2-135M. */
@@ -112,12 +117,15 @@ static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
         L[l].down = make_matrix(type, DIM, FFN);
     }
     void *out = make_matrix(KVC_WT_Q8_0, VOCAB, DIM);
-    double layer_bytes = (double)LAYERS * (kvc_wtype_row_bytes(type, DIM) * (2 * DIM + 2 * KV + 2 * FFN) +
-                                           kvc_wtype_row_bytes(type, FFN) * DIM);
+    double layer_bytes =
+        (double)LAYERS * (kvc_wtype_row_bytes(type, DIM) * (2 * DIM + 2 * KV + 2 * FFN) +
+                          kvc_wtype_row_bytes(type, FFN) * DIM);
     double out_bytes = (double)kvc_wtype_row_bytes(KVC_WT_Q8_0, DIM) * VOCAB;
     float *x = malloc(FFN * sizeof(float)), *y = malloc(VOCAB * sizeof(float));
-    float *yq = malloc(DIM * 4), *yk = malloc(KV * 4), *yv = malloc(KV * 4), *yg = malloc(FFN * 4), *yu = malloc(FFN * 4);
-    for (int i = 0; i < FFN; i++) x[i] = rnd();
+    float *yq = malloc(DIM * 4), *yk = malloc(KV * 4), *yv = malloc(KV * 4), *yg = malloc(FFN * 4),
+          *yu = malloc(FFN * 4);
+    for (int i = 0; i < FFN; i++)
+        x[i] = rnd();
     double *tl = malloc(reps * sizeof(double)), *to = malloc(reps * sizeof(double));
     double *tb = malloc(reps * sizeof(double));
     const size_t slice = 1 << 20, n_slices = 96;
@@ -129,7 +137,8 @@ static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
         if (rep >= 0) tb[rep] = now() - tb0;
         double t0 = now();
         for (int l = 0; l < LAYERS; l++) {
-            kvc_matvec_op qkv[3] = {{type, L[l].q, DIM, yq}, {type, L[l].k, KV, yk}, {type, L[l].v, KV, yv}};
+            kvc_matvec_op qkv[3] = {
+                {type, L[l].q, DIM, yq}, {type, L[l].k, KV, yk}, {type, L[l].v, KV, yv}};
             kvc_matvec_multi(pool, qkv, 3, DIM, x);
             kvc_matvec(pool, type, L[l].o, DIM, DIM, x, y);
             kvc_matvec_op gu[2] = {{type, L[l].gate, FFN, yg}, {type, L[l].up, FFN, yu}};
@@ -149,27 +158,34 @@ static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
     const char *isa = kvc_isa_name(kvc_active_isa());
     printf("%-7s model   %-5s layers (210 matvecs)  t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa,
            kvc_wtype_ref(type)->name, threads, layer_bytes / 1e6, ml * 1e6, layer_bytes / ml / 1e9);
-    printf("%-7s model   q8_0  output 49152x576     t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa, threads,
-           out_bytes / 1e6, mo * 1e6, out_bytes / mo / 1e9);
-    printf("%-7s model   all   one token            t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa, threads,
-           (layer_bytes + out_bytes) / 1e6, (ml + mo) * 1e6, (layer_bytes + out_bytes) / (ml + mo) / 1e9);
-    printf("%-7s read    bandwidth reference        t=%d %8.3f MB %9.1f us %7.1f GB/s  (matvec at %.0f%%)\n",
+    printf("%-7s model   q8_0  output 49152x576     t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa,
+           threads, out_bytes / 1e6, mo * 1e6, out_bytes / mo / 1e9);
+    printf("%-7s model   all   one token            t=%d %8.3f MB %9.1f us %7.1f GB/s\n", isa,
+           threads, (layer_bytes + out_bytes) / 1e6, (ml + mo) * 1e6,
+           (layer_bytes + out_bytes) / (ml + mo) / 1e9);
+    printf("%-7s read    bandwidth reference        t=%d %8.3f MB %9.1f us %7.1f GB/s  (matvec at "
+           "%.0f%%)\n",
            isa, threads, slice * n_slices / 1e6, tb[reps / 2] * 1e6, bw,
            100.0 * (layer_bytes + out_bytes) / (ml + mo) / 1e9 / bw);
     free((void *)bj.buf), free(tb);
     for (int l = 0; l < LAYERS; l++) {
-        free(L[l].q), free(L[l].k), free(L[l].v), free(L[l].o), free(L[l].gate), free(L[l].up), free(L[l].down);
+        free(L[l].q), free(L[l].k), free(L[l].v), free(L[l].o), free(L[l].gate), free(L[l].up),
+            free(L[l].down);
     }
-    free(out), free(x), free(y), free(yq), free(yk), free(yv), free(yg), free(yu), free(tl), free(to);
+    free(out), free(x), free(y), free(yq), free(yk), free(yv), free(yg), free(yu), free(tl),
+        free(to);
 }
 
 int main(int argc, char **argv) {
     int threads = 0, reps = 50;
     uint32_t layer_type = KVC_WT_Q4_1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-t") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-r") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "-c")) use_cpu_clock = 1;
+        if (!strcmp(argv[i], "-t") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-r") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-c"))
+            use_cpu_clock = 1;
         else if (!strcmp(argv[i], "-w") && i + 1 < argc) {
             const char *name = argv[++i];
             int found = 0;
@@ -188,10 +204,11 @@ int main(int argc, char **argv) {
     if (kvc_pool_create(threads, &pool) != KVC_OK) return 1;
     threads = kvc_pool_threads(pool);
     if (use_cpu_clock && threads > 1) return fprintf(stderr, "-c needs -t 1\n"), 2;
-    const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q4_0, KVC_WT_Q4_K, KVC_WT_Q5_K, KVC_WT_Q6_K,
-                              KVC_WT_F16, KVC_WT_BF16, KVC_WT_F32};
+    const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q4_0, KVC_WT_Q4_K, KVC_WT_Q5_K,
+                              KVC_WT_Q6_K, KVC_WT_F16,  KVC_WT_BF16, KVC_WT_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        int64_t n1 = kvc_wtype_row_bytes(types[i], 576) ? 576 : 768; /* k-quants need multiples of 256 */
+        int64_t n1 =
+            kvc_wtype_row_bytes(types[i], 576) ? 576 : 768; /* k-quants need multiples of 256 */
         bench_one(pool, threads, types[i], FFN, n1, reps * 4);
         bench_one(pool, threads, types[i], DIM, n1 == 576 ? FFN : 1536, reps * 4);
     }

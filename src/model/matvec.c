@@ -26,17 +26,18 @@ typedef struct mv_job {
     size_t row_bytes[MAX_OPS];
     size_t col_offset[MAX_OPS]; /* bytes into each row where this piece starts */
     const void *act[MAX_OPS];
-    int64_t chunk;              /* rows per task */
+    int64_t chunk; /* rows per task */
     int first_task[MAX_OPS + 1];
-    int64_t n;                  /* columns in this piece */
-    int accumulate;             /* add to y instead of storing (pieces after the first) */
+    int64_t n;      /* columns in this piece */
+    int accumulate; /* add to y instead of storing (pieces after the first) */
 } mv_job;
 
 static void mv_task(void *ctx, int task, int thread) {
     (void)thread;
     const mv_job *j = ctx;
     int o = 0;
-    while (task >= j->first_task[o + 1]) o++;
+    while (task >= j->first_task[o + 1])
+        o++;
     const kvc_matvec_op *op = &j->ops[o];
     int64_t r0 = (int64_t)(task - j->first_task[o]) * j->chunk;
     int64_t nr = op->rows - r0 < j->chunk ? op->rows - r0 : j->chunk;
@@ -54,12 +55,14 @@ static void mv_task(void *ctx, int task, int thread) {
             const size_t rb = j->row_bytes[o], ahead = rb >= 4096 ? rb : (4096 / rb) * rb;
             for (int64_t i = 0; i < m; i++) {
                 const uint8_t *row = wr + (size_t)i * rb;
-                for (size_t b = 0; b < rb; b += 64) __builtin_prefetch(row + ahead + b);
+                for (size_t b = 0; b < rb; b += 64)
+                    __builtin_prefetch(row + ahead + b);
                 dst[i] = t->dot(row, j->act[o], j->n);
             }
         }
         if (j->accumulate)
-            for (int64_t i = 0; i < m; i++) y[r + i] += tmp[i];
+            for (int64_t i = 0; i < m; i++)
+                y[r + i] += tmp[i];
     }
 }
 
@@ -96,7 +99,9 @@ static void matvec_ops(struct kvc_pool *pool, const kvc_matvec_op *ops, int n_op
             const kvc_wtype *t = j.wt[o];
             j.col_offset[o] = (size_t)(c0 / t->block) * t->block_bytes;
             switch (t->act) {
-            case KVC_ACT_F32: j.act[o] = x + c0; break;
+            case KVC_ACT_F32:
+                j.act[o] = x + c0;
+                break;
             case KVC_ACT_Q8_0:
                 if (!have_q8_0) kvc_act_q8_0_active(x + c0, buf_q8_0, j.n), have_q8_0 = 1;
                 j.act[o] = buf_q8_0;

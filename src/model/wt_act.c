@@ -17,7 +17,8 @@ kvc_act_fn kvc_act_q8_k_active = kvc_act_q8_k_ref;
 /* Quantise one block of `len` values; returns the scale, writes q and the sum of q. */
 static float quant_block(const float *x, int len, int8_t *q, int32_t *sum) {
     float amax = 0;
-    for (int j = 0; j < len; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (int j = 0; j < len; j++)
+        amax = fmaxf(amax, fabsf(x[j]));
     float d = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
     int32_t s = 0;
     for (int j = 0; j < len; j++) {
@@ -47,7 +48,8 @@ void kvc_act_q8_k_ref(const float *x, void *buf, int64_t n) {
         d[b] = quant_block(x + b * KVC_QKK, KVC_QKK, q + b * KVC_QKK, &sum);
         for (int g = 0; g < 16; g++) {
             int32_t gs = 0;
-            for (int j = 0; j < 16; j++) gs += q[b * KVC_QKK + 16 * g + j];
+            for (int j = 0; j < 16; j++)
+                gs += q[b * KVC_QKK + 16 * g + j];
             bsum[b * 16 + g] = (int16_t)gs;
         }
     }
@@ -56,27 +58,42 @@ void kvc_act_q8_k_ref(const float *x, void *buf, int64_t n) {
 size_t kvc_act_bytes(kvc_act_fmt fmt, int64_t n) {
     if (n < 0) return 0;
     switch (fmt) {
-    case KVC_ACT_F32: return (size_t)n * sizeof(float);
-    case KVC_ACT_Q8_0: return (size_t)n + (size_t)(n / KVC_QK) * 2 * sizeof(float);
+    case KVC_ACT_F32:
+        return (size_t)n * sizeof(float);
+    case KVC_ACT_Q8_0:
+        return (size_t)n + (size_t)(n / KVC_QK) * 2 * sizeof(float);
     case KVC_ACT_Q8_K:
-        return (size_t)n + (size_t)(n / KVC_QKK) * sizeof(float) + (size_t)(n / 16) * sizeof(int16_t);
+        return (size_t)n + (size_t)(n / KVC_QKK) * sizeof(float) +
+               (size_t)(n / 16) * sizeof(int16_t);
     }
     return 0;
 }
 
 void kvc_act_prepare_ref(kvc_act_fmt fmt, const float *x, void *buf, int64_t n) {
     switch (fmt) {
-    case KVC_ACT_F32: memcpy(buf, x, (size_t)n * sizeof(float)); break;
-    case KVC_ACT_Q8_0: kvc_act_q8_0_ref(x, buf, n); break;
-    case KVC_ACT_Q8_K: kvc_act_q8_k_ref(x, buf, n); break;
+    case KVC_ACT_F32:
+        memcpy(buf, x, (size_t)n * sizeof(float));
+        break;
+    case KVC_ACT_Q8_0:
+        kvc_act_q8_0_ref(x, buf, n);
+        break;
+    case KVC_ACT_Q8_K:
+        kvc_act_q8_k_ref(x, buf, n);
+        break;
     }
 }
 
 void kvc_act_prepare(kvc_act_fmt fmt, const float *x, void *buf, int64_t n) {
     kvc_wt_init(); /* make sure the SIMD variants are registered */
     switch (fmt) {
-    case KVC_ACT_F32: memcpy(buf, x, (size_t)n * sizeof(float)); break;
-    case KVC_ACT_Q8_0: kvc_act_q8_0_active(x, buf, n); break;
-    case KVC_ACT_Q8_K: kvc_act_q8_k_active(x, buf, n); break;
+    case KVC_ACT_F32:
+        memcpy(buf, x, (size_t)n * sizeof(float));
+        break;
+    case KVC_ACT_Q8_0:
+        kvc_act_q8_0_active(x, buf, n);
+        break;
+    case KVC_ACT_Q8_K:
+        kvc_act_q8_k_active(x, buf, n);
+        break;
     }
 }

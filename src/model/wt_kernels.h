@@ -15,20 +15,43 @@
 #include "base/f16.h"
 #include "model/wtype.h"
 
-#define KVC_QK 32  /* elements per block of the legacy types (q4_0, q4_1, q8_0) */
+#define KVC_QK  32  /* elements per block of the legacy types (q4_0, q4_1, q8_0) */
 #define KVC_QKK 256 /* elements per super-block of the k-quants */
 
-typedef struct { kvc_f16 d; uint8_t qs[16]; } kvc_blk_q4_0;           /* x = d*(q-8) */
-typedef struct { kvc_f16 d, m; uint8_t qs[16]; } kvc_blk_q4_1;        /* x = d*q + m */
-typedef struct { kvc_f16 d; int8_t qs[32]; } kvc_blk_q8_0;            /* x = d*q */
+typedef struct {
+    kvc_f16 d;
+    uint8_t qs[16];
+} kvc_blk_q4_0; /* x = d*(q-8) */
+typedef struct {
+    kvc_f16 d, m;
+    uint8_t qs[16];
+} kvc_blk_q4_1; /* x = d*q + m */
+typedef struct {
+    kvc_f16 d;
+    int8_t qs[32];
+} kvc_blk_q8_0; /* x = d*q */
 /* q4_k: 8 sub-blocks of 32, 6-bit scale and min each packed in `scales`;
  * x = d*sc*q - dmin*m, q in [0,15]. qs[32c+l]: low nibble element 64c+l, high 64c+32+l. */
-typedef struct { kvc_f16 d, dmin; uint8_t scales[12]; uint8_t qs[128]; } kvc_blk_q4_k;
+typedef struct {
+    kvc_f16 d, dmin;
+    uint8_t scales[12];
+    uint8_t qs[128];
+} kvc_blk_q4_k;
 /* q5_k: as q4_k plus a fifth bit: bit (2c) of qh[l] for element 64c+l, bit (2c+1) for 64c+32+l. */
-typedef struct { kvc_f16 d, dmin; uint8_t scales[12]; uint8_t qh[32]; uint8_t qs[128]; } kvc_blk_q5_k;
+typedef struct {
+    kvc_f16 d, dmin;
+    uint8_t scales[12];
+    uint8_t qh[32];
+    uint8_t qs[128];
+} kvc_blk_q5_k;
 /* q6_k: 16 groups of 16 with int8 scales; x = d*sc*(q-32), q in [0,63] from 4 low bits in ql
  * and 2 high bits in qh (see wt_q6_k.c for the element order). */
-typedef struct { uint8_t ql[128]; uint8_t qh[64]; int8_t scales[16]; kvc_f16 d; } kvc_blk_q6_k;
+typedef struct {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    kvc_f16 d;
+} kvc_blk_q6_k;
 
 static_assert(sizeof(kvc_blk_q4_0) == 18, "q4_0 block");
 static_assert(sizeof(kvc_blk_q4_1) == 20, "q4_1 block");
@@ -38,7 +61,9 @@ static_assert(sizeof(kvc_blk_q5_k) == 176, "q5_k block");
 static_assert(sizeof(kvc_blk_q6_k) == 210, "q6_k block");
 
 /* --- prepared activations (layouts in wtype.h) --- */
-static inline const int8_t *kvc_act_q(const void *act) { return (const int8_t *)act; }
+static inline const int8_t *kvc_act_q(const void *act) {
+    return (const int8_t *)act;
+}
 static inline const float *kvc_act_q8_0_d(const void *act, int64_t n) {
     return (const float *)((const int8_t *)act + n);
 }
@@ -70,8 +95,8 @@ static inline void kvc_q4k_unpack(const uint8_t *s, uint8_t out[16]) {
     memcpy(u, s, 12);
     const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
     u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4); /* mins 4..7 */
-    uint32_t mins_lo = u[1] & m6;                           /* mins 0..3 */
-    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);         /* scales 4..7 */
+    uint32_t mins_lo = u[1] & m6;                          /* mins 0..3 */
+    u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);        /* scales 4..7 */
     u[2] = mins_lo;
     u[0] &= m6; /* scales 0..3 */
     memcpy(out, u, 16);

@@ -39,7 +39,8 @@ void kvc_quantize_q4_1_ref(const float *x, void *y, int64_t n) {
     for (int64_t i = 0; i < n / KVC_QK; i++) {
         const float *xb = x + i * KVC_QK;
         float min = INFINITY, max = -INFINITY;
-        for (int j = 0; j < KVC_QK; j++) min = fminf(min, xb[j]), max = fmaxf(max, xb[j]);
+        for (int j = 0; j < KVC_QK; j++)
+            min = fminf(min, xb[j]), max = fmaxf(max, xb[j]);
         float d = (max - min) / 15.0f, id = d ? 1.0f / d : 0.0f;
         b[i].d = kvc_f32_to_f16(d);
         b[i].m = kvc_f32_to_f16(min);

@@ -44,7 +44,8 @@ float kvc_dot_q4_k_ref(const void *row, const void *act, int64_t n) {
             const uint8_t *q = b[i].qs + 32 * c;
             const int8_t *a = qa + i * KVC_QKK + 64 * c;
             int32_t s0 = 0, s1 = 0;
-            for (int l = 0; l < 32; l++) s0 += (q[l] & 0xf) * a[l], s1 += (q[l] >> 4) * a[32 + l];
+            for (int l = 0; l < 32; l++)
+                s0 += (q[l] & 0xf) * a[l], s1 += (q[l] >> 4) * a[32 + l];
             sumi += sc0 * s0 + sc1 * s1;
             const int16_t *bs = bsum + i * 16 + 4 * c;
             summ += m0 * (bs[0] + bs[1]) + m1 * (bs[2] + bs[3]);
@@ -65,7 +66,8 @@ void kvc_quantize_kscales(const float *x, int levels, kvc_f16 *d_out, kvc_f16 *d
     float sub_scale[8], sub_min[8], max_scale = 0, max_min = 0;
     for (int j = 0; j < 8; j++) {
         float mn = 0, mx = 0; /* the format stores min <= 0 (as a positive m) */
-        for (int l = 0; l < 32; l++) mn = fminf(mn, x[32 * j + l]), mx = fmaxf(mx, x[32 * j + l]);
+        for (int l = 0; l < 32; l++)
+            mn = fminf(mn, x[32 * j + l]), mx = fmaxf(mx, x[32 * j + l]);
         sub_scale[j] = (mx - mn) / (float)levels;
         sub_min[j] = -mn;
         max_scale = fmaxf(max_scale, sub_scale[j]);

@@ -30,7 +30,8 @@ void kvc_dequant_q6_k_ref(const void *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n / KVC_QKK; i++, y += KVC_QKK) {
         float d = kvc_f16_to_f32(b[i].d);
         q6k_values(&b[i], v);
-        for (int e = 0; e < KVC_QKK; e++) y[e] = d * (float)b[i].scales[e / 16] * (float)v[e];
+        for (int e = 0; e < KVC_QKK; e++)
+            y[e] = d * (float)b[i].scales[e / 16] * (float)v[e];
     }
 }
 
@@ -46,7 +47,8 @@ float kvc_dot_q6_k_ref(const void *row, const void *act, int64_t n) {
         int32_t sumi = 0;
         for (int g = 0; g < 16; g++) {
             int32_t sg = 0;
-            for (int e = 16 * g; e < 16 * g + 16; e++) sg += v[e] * a[e];
+            for (int e = 16 * g; e < 16 * g + 16; e++)
+                sg += v[e] * a[e];
             sumi += b[i].scales[g] * sg;
         }
         s += (double)(kvc_f16_to_f32(b[i].d) * da[i]) * sumi;

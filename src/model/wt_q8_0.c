@@ -10,7 +10,8 @@ void kvc_dequant_q8_0_ref(const void *x, float *y, int64_t n) {
     const kvc_blk_q8_0 *b = x;
     for (int64_t i = 0; i < n / KVC_QK; i++) {
         float d = kvc_f16_to_f32(b[i].d);
-        for (int j = 0; j < KVC_QK; j++) y[i * KVC_QK + j] = d * (float)b[i].qs[j];
+        for (int j = 0; j < KVC_QK; j++)
+            y[i * KVC_QK + j] = d * (float)b[i].qs[j];
     }
 }
 
@@ -21,7 +22,8 @@ float kvc_dot_q8_0_ref(const void *row, const void *act, int64_t n) {
     double s = 0;
     for (int64_t i = 0; i < n / KVC_QK; i++) {
         int32_t isum = 0;
-        for (int j = 0; j < KVC_QK; j++) isum += (int32_t)b[i].qs[j] * q[i * KVC_QK + j];
+        for (int j = 0; j < KVC_QK; j++)
+            isum += (int32_t)b[i].qs[j] * q[i * KVC_QK + j];
         s += (double)(kvc_f16_to_f32(b[i].d) * da[i]) * isum;
     }
     return (float)s;
@@ -32,9 +34,11 @@ void kvc_quantize_q8_0_ref(const float *x, void *y, int64_t n) {
     for (int64_t i = 0; i < n / KVC_QK; i++) {
         const float *xb = x + i * KVC_QK;
         float amax = 0;
-        for (int j = 0; j < KVC_QK; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        for (int j = 0; j < KVC_QK; j++)
+            amax = fmaxf(amax, fabsf(xb[j]));
         float d = amax / 127.0f, id = d ? 1.0f / d : 0.0f;
         b[i].d = kvc_f32_to_f16(d);
-        for (int j = 0; j < KVC_QK; j++) b[i].qs[j] = (int8_t)lrintf(xb[j] * id);
+        for (int j = 0; j < KVC_QK; j++)
+            b[i].qs[j] = (int8_t)lrintf(xb[j] * id);
     }
 }

@@ -40,8 +40,9 @@
 #include "base/threadpool.h"
 #include "model/wtype.h"
 
-static const uint32_t all_types[] = {KVC_WT_F32,  KVC_WT_F16,  KVC_WT_BF16, KVC_WT_Q4_0, KVC_WT_Q4_1,
-                                     KVC_WT_Q8_0, KVC_WT_Q4_K, KVC_WT_Q5_K, KVC_WT_Q6_K};
+static const uint32_t all_types[] = {KVC_WT_F32,  KVC_WT_F16,  KVC_WT_BF16,
+                                     KVC_WT_Q4_0, KVC_WT_Q4_1, KVC_WT_Q8_0,
+                                     KVC_WT_Q4_K, KVC_WT_Q5_K, KVC_WT_Q6_K};
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
 static const double U = 5.9604644775390625e-8; /* 2^-24 */
@@ -52,10 +53,13 @@ static uint64_t rnd_u64(void) {
     rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
     return rng * 0x2545f4914f6cdd1dull;
 }
-static float rnd_unit(void) { return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f; }
+static float rnd_unit(void) {
+    return (float)((rnd_u64() >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
 static float rnd_normal(void) {
     float s = 0;
-    for (int i = 0; i < 12; i++) s += (rnd_unit() + 1.0f) * 0.5f;
+    for (int i = 0; i < 12; i++)
+        s += (rnd_unit() + 1.0f) * 0.5f;
     return s - 6.0f;
 }
 
@@ -80,19 +84,23 @@ static void term_bound(uint32_t type, const uint8_t *w, int64_t n, const float *
     case KVC_WT_F32:
     case KVC_WT_F16:
     case KVC_WT_BF16:
-        for (int64_t i = 0; i < n; i++) t[i] = fabs(wf[i]);
+        for (int64_t i = 0; i < n; i++)
+            t[i] = fabs(wf[i]);
         return;
     case KVC_WT_Q4_0:
-        for (int64_t i = 0; i < n; i++) t[i] = 23.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(w + (i / 32) * 18)));
+        for (int64_t i = 0; i < n; i++)
+            t[i] = 23.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(w + (i / 32) * 18)));
         return;
     case KVC_WT_Q4_1:
         for (int64_t i = 0; i < n; i++) {
             const uint8_t *b = w + (i / 32) * 20;
-            t[i] = 15.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)b)) + fabs(kvc_f16_to_f32(*(const uint16_t *)(b + 2)));
+            t[i] = 15.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)b)) +
+                   fabs(kvc_f16_to_f32(*(const uint16_t *)(b + 2)));
         }
         return;
     case KVC_WT_Q8_0:
-        for (int64_t i = 0; i < n; i++) t[i] = 384.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(w + (i / 32) * 34)));
+        for (int64_t i = 0; i < n; i++)
+            t[i] = 384.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(w + (i / 32) * 34)));
         return;
     case KVC_WT_Q4_K:
     case KVC_WT_Q5_K: {
@@ -110,7 +118,8 @@ static void term_bound(uint32_t type, const uint8_t *w, int64_t n, const float *
     case KVC_WT_Q6_K:
         for (int64_t i = 0; i < n; i++) {
             const uint8_t *b = w + (i / 256) * 210;
-            t[i] = 95.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(b + 208)) * (double)(int8_t)b[192 + (i % 256) / 16]);
+            t[i] = 95.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(b + 208)) *
+                               (double)(int8_t)b[192 + (i % 256) / 16]);
         }
         return;
     }
@@ -118,12 +127,13 @@ static void term_bound(uint32_t type, const uint8_t *w, int64_t n, const float *
 }
 
 typedef struct budget {
-    double aq;  /* activation quantisation bound AQ */
-    double m;   /* magnitude M */
-    double k;   /* roundings per term */
+    double aq; /* activation quantisation bound AQ */
+    double m;  /* magnitude M */
+    double k;  /* roundings per term */
 } budget;
 
-static budget make_budget(uint32_t type, const uint8_t *w, int64_t n, const float *wf, const float *x) {
+static budget make_budget(uint32_t type, const uint8_t *w, int64_t n, const float *wf,
+                          const float *x) {
     double *t = malloc((size_t)n * sizeof *t);
     assert_non_null(t);
     term_bound(type, w, n, wf, t);
@@ -132,10 +142,12 @@ static budget make_budget(uint32_t type, const uint8_t *w, int64_t n, const floa
     for (int64_t i0 = 0; i0 < n; i0 += ab ? ab : n) {
         int64_t len = ab ? ab : n;
         double amax = 0, sw = 0;
-        for (int64_t i = i0; i < i0 + len; i++) amax = fmax(amax, fabs(x[i])), sw += fabs(wf[i]);
+        for (int64_t i = i0; i < i0 + len; i++)
+            amax = fmax(amax, fabs(x[i])), sw += fabs(wf[i]);
         double half_step = ab ? amax / 127.0 * 0.5 * (1 + 1e-4) : 0;
         b.aq += half_step * sw;
-        for (int64_t i = i0; i < i0 + len; i++) b.m += t[i] * (fabs(x[i]) + half_step);
+        for (int64_t i = i0; i < i0 + len; i++)
+            b.m += t[i] * (fabs(x[i]) + half_step);
     }
     const kvc_wtype *wt = kvc_wtype_ref(type);
     b.k = (double)(n / wt->block) + 16;
@@ -145,9 +157,11 @@ static budget make_budget(uint32_t type, const uint8_t *w, int64_t n, const floa
 
 /* ---------- test data ---------- */
 enum { W_RANDOM, W_ZEROS, W_OUTLIER, W_CONST, W_TINY, W_SPARSE, W_RAW, N_WPAT };
-static const char *wpat_name[] = {"random", "zeros", "outlier", "const", "tiny", "sparse", "raw-bytes"};
+static const char *wpat_name[] = {"random", "zeros",  "outlier",  "const",
+                                  "tiny",   "sparse", "raw-bytes"};
 enum { X_RANDOM, X_ZEROS, X_OUTLIER, X_ONEHOT, X_NEG, X_WIDE, N_XPAT };
-static const char *xpat_name[] = {"random", "zeros", "outlier", "one-hot", "negative", "wide-range"};
+static const char *xpat_name[] = {"random",  "zeros",    "outlier",
+                                  "one-hot", "negative", "wide-range"};
 
 static uint16_t rnd_finite_half(void) {
     float v = rnd_unit() * 2.0f;
@@ -159,7 +173,8 @@ static uint16_t rnd_finite_half(void) {
  * every nibble, packed-scale and sign pattern the format can hold. */
 static void raw_weights(uint32_t type, uint8_t *w, int64_t n) {
     size_t bytes = kvc_wtype_row_bytes(type, n);
-    for (size_t i = 0; i < bytes; i++) w[i] = (uint8_t)rnd_u64();
+    for (size_t i = 0; i < bytes; i++)
+        w[i] = (uint8_t)rnd_u64();
     const kvc_wtype *t = kvc_wtype_ref(type);
     for (int64_t blk = 0; blk < n / t->block; blk++) {
         uint8_t *b = w + blk * t->block_bytes;
@@ -170,18 +185,26 @@ static void raw_weights(uint32_t type, uint8_t *w, int64_t n) {
             memcpy(b, &f, 4);
             break;
         }
-        case KVC_WT_F16: memcpy(b, h, 2); break;
+        case KVC_WT_F16:
+            memcpy(b, h, 2);
+            break;
         case KVC_WT_BF16: {
             uint16_t bf = kvc_f32_to_bf16(rnd_normal() * 3);
             memcpy(b, &bf, 2);
             break;
         }
         case KVC_WT_Q4_0:
-        case KVC_WT_Q8_0: memcpy(b, h, 2); break;
+        case KVC_WT_Q8_0:
+            memcpy(b, h, 2);
+            break;
         case KVC_WT_Q4_1:
         case KVC_WT_Q4_K:
-        case KVC_WT_Q5_K: memcpy(b, h, 4); break;
-        case KVC_WT_Q6_K: memcpy(b + 208, h, 2); break;
+        case KVC_WT_Q5_K:
+            memcpy(b, h, 4);
+            break;
+        case KVC_WT_Q6_K:
+            memcpy(b + 208, h, 2);
+            break;
         }
     }
 }
@@ -189,13 +212,27 @@ static void raw_weights(uint32_t type, uint8_t *w, int64_t n) {
 static void make_weights(int pat, uint32_t type, int64_t n, float *src, uint8_t *w) {
     for (int64_t i = 0; i < n; i++) {
         switch (pat) {
-        case W_RANDOM: src[i] = rnd_normal(); break;
-        case W_ZEROS: src[i] = 0; break;
-        case W_OUTLIER: src[i] = rnd_normal() * 0.02f; break;
-        case W_CONST: src[i] = 0.75f; break;
-        case W_TINY: src[i] = rnd_normal() * 1e-6f; break;
-        case W_SPARSE: src[i] = (rnd_u64() % 13) == 0 ? rnd_normal() : 0.0f; break;
-        default: src[i] = 0; break;
+        case W_RANDOM:
+            src[i] = rnd_normal();
+            break;
+        case W_ZEROS:
+            src[i] = 0;
+            break;
+        case W_OUTLIER:
+            src[i] = rnd_normal() * 0.02f;
+            break;
+        case W_CONST:
+            src[i] = 0.75f;
+            break;
+        case W_TINY:
+            src[i] = rnd_normal() * 1e-6f;
+            break;
+        case W_SPARSE:
+            src[i] = (rnd_u64() % 13) == 0 ? rnd_normal() : 0.0f;
+            break;
+        default:
+            src[i] = 0;
+            break;
         }
     }
     if (pat == W_OUTLIER) src[n / 3] = 3000.0f, src[n - 1] = -500.0f;
@@ -209,12 +246,24 @@ static void make_weights(int pat, uint32_t type, int64_t n, float *src, uint8_t 
 static void make_act(int pat, int64_t n, float *x) {
     for (int64_t i = 0; i < n; i++) {
         switch (pat) {
-        case X_RANDOM: x[i] = rnd_normal(); break;
-        case X_ZEROS: x[i] = 0; break;
-        case X_OUTLIER: x[i] = rnd_normal(); break;
-        case X_ONEHOT: x[i] = 0; break;
-        case X_NEG: x[i] = -fabsf(rnd_normal()) - 0.1f; break;
-        case X_WIDE: x[i] = rnd_normal() * powf(10.0f, (float)(rnd_u64() % 7) - 3.0f); break;
+        case X_RANDOM:
+            x[i] = rnd_normal();
+            break;
+        case X_ZEROS:
+            x[i] = 0;
+            break;
+        case X_OUTLIER:
+            x[i] = rnd_normal();
+            break;
+        case X_ONEHOT:
+            x[i] = 0;
+            break;
+        case X_NEG:
+            x[i] = -fabsf(rnd_normal()) - 0.1f;
+            break;
+        case X_WIDE:
+            x[i] = rnd_normal() * powf(10.0f, (float)(rnd_u64() % 7) - 3.0f);
+            break;
         }
     }
     if (pat == X_OUTLIER) x[n / 2] = 1e4f, x[0] = -3e3f;
@@ -233,7 +282,8 @@ static const int64_t *lengths(uint32_t type, int *count) {
 
 static double dot_f64(const float *a, const float *b, int64_t n) {
     double s = 0;
-    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    for (int64_t i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
     return s;
 }
 
@@ -264,35 +314,40 @@ static void check_type(uint32_t type) {
             term_bound(type, w, n, wf, t);
             for (int64_t i = 0; i < n; i++)
                 if (fabs((double)wf2[i] - wf[i]) > 2 * U * t[i])
-                    fail_msg("%s n=%lld w=%s: dequant[%lld] %.9g vs reference %.9g", ref->name, (long long)n,
-                             wpat_name[wp], (long long)i, wf2[i], wf[i]);
+                    fail_msg("%s n=%lld w=%s: dequant[%lld] %.9g vs reference %.9g", ref->name,
+                             (long long)n, wpat_name[wp], (long long)i, wf2[i], wf[i]);
             for (int xp = 0; xp < N_XPAT; xp++) {
                 make_act(xp, n, x);
                 kvc_act_prepare_ref(ref->act, x, a_ref, n);
                 kvc_act_prepare(act->act, x, a_act, n);
                 if (memcmp(a_ref, a_act, abytes) != 0)
-                    fail_msg("%s n=%lld x=%s: prepared activation differs from the reference", ref->name,
-                             (long long)n, xpat_name[xp]);
+                    fail_msg("%s n=%lld x=%s: prepared activation differs from the reference",
+                             ref->name, (long long)n, xpat_name[xp]);
                 budget b = make_budget(type, w, n, wf, x);
-                double ds = act->dot(w, a_act, n), dr = ref->dot(w, a_ref, n), df = dot_f64(wf, x, n);
+                double ds = act->dot(w, a_act, n), dr = ref->dot(w, a_ref, n),
+                       df = dot_f64(wf, x, n);
                 double tol_simd = 4 * b.k * U * b.m, tol_f32 = b.aq + 2 * b.k * U * b.m;
                 if (!(fabs(ds - dr) <= tol_simd))
-                    fail_msg("%s n=%lld w=%s x=%s: dot %.9g vs reference %.9g (budget %.3g)", ref->name,
-                             (long long)n, wpat_name[wp], xpat_name[xp], ds, dr, tol_simd);
+                    fail_msg("%s n=%lld w=%s x=%s: dot %.9g vs reference %.9g (budget %.3g)",
+                             ref->name, (long long)n, wpat_name[wp], xpat_name[xp], ds, dr,
+                             tol_simd);
                 if (!(fabs(ds - df) <= tol_f32) || !(fabs(dr - df) <= tol_f32))
-                    fail_msg("%s n=%lld w=%s x=%s: dot %.9g / reference %.9g vs f32 dot %.9g (budget %.3g)",
-                             ref->name, (long long)n, wpat_name[wp], xpat_name[xp], ds, dr, df, tol_f32);
+                    fail_msg("%s n=%lld w=%s x=%s: dot %.9g / reference %.9g vs f32 dot %.9g "
+                             "(budget %.3g)",
+                             ref->name, (long long)n, wpat_name[wp], xpat_name[xp], ds, dr, df,
+                             tol_f32);
                 if (xp == X_ZEROS) assert_true(ds == 0.0 && dr == 0.0);
                 if (act->dot_rows) { /* five rows: one group of four and a single */
-                    for (int r = 1; r < 5; r++) make_weights(W_RANDOM, type, n, src, w + r * rb);
+                    for (int r = 1; r < 5; r++)
+                        make_weights(W_RANDOM, type, n, src, w + r * rb);
                     memcpy(w + 2 * rb, w, rb); /* the tested row again, inside the group */
                     float y[5];
                     act->dot_rows(w, rb, 5, a_act, n, y);
                     for (int r = 0; r < 5; r++) {
                         float one = act->dot(w + r * rb, a_act, n);
                         if (y[r] != one)
-                            fail_msg("%s n=%lld: dot_rows row %d %.9g vs dot %.9g", ref->name, (long long)n, r,
-                                     y[r], one);
+                            fail_msg("%s n=%lld: dot_rows row %d %.9g vs dot %.9g", ref->name,
+                                     (long long)n, r, y[r], one);
                     }
                 }
             }
@@ -301,7 +356,9 @@ static void check_type(uint32_t type) {
     }
 }
 
-static void test_type(void **state) { check_type(*(const uint32_t *)*state); }
+static void test_type(void **state) {
+    check_type(*(const uint32_t *)*state);
+}
 
 /* ---------- quantisers (test helpers for other modules) ---------- */
 static void test_quantize_roundtrip(void **state) {
@@ -313,25 +370,30 @@ static void test_quantize_roundtrip(void **state) {
         float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
         uint8_t *w = malloc(kvc_wtype_row_bytes(type, n));
         assert_true(x && y && w);
-        for (int64_t i = 0; i < n; i++) x[i] = rnd_normal() * (i % 97 == 0 ? 8.0f : 1.0f);
+        for (int64_t i = 0; i < n; i++)
+            x[i] = rnd_normal() * (i % 97 == 0 ? 8.0f : 1.0f);
         ref->quantize(x, w, n);
         ref->dequant(w, y, n);
-        /* bound: one quantisation step of the (super-)block, from its range and the levels of the type */
+        /* bound: one quantisation step of the (super-)block, from its range and the levels of the
+         * type */
         int blk = ref->block > 1 ? ref->block : 1;
-        double levels = type == KVC_WT_Q8_0 ? 254 : type == KVC_WT_Q6_K ? 63
-                      : type == KVC_WT_Q5_K ? 31 : 15;
+        double levels = type == KVC_WT_Q8_0   ? 254
+                        : type == KVC_WT_Q6_K ? 63
+                        : type == KVC_WT_Q5_K ? 31
+                                              : 15;
         for (int64_t b0 = 0; b0 < n; b0 += blk) {
             double mn = 0, mx = 0;
-            for (int64_t i = b0; i < b0 + blk; i++) mn = fmin(mn, x[i]), mx = fmax(mx, x[i]);
+            for (int64_t i = b0; i < b0 + blk; i++)
+                mn = fmin(mn, x[i]), mx = fmax(mx, x[i]);
             double range = fmax(mx - mn, 2 * fmax(mx, -mn));
             for (int64_t i = b0; i < b0 + blk; i++) {
-                double tol = type == KVC_WT_F32 ? 0
-                           : type == KVC_WT_F16 ? fabs(x[i]) * 0x1p-11
-                           : type == KVC_WT_BF16 ? fabs(x[i]) * 0x1p-8
-                           : range / levels * 1.05;
+                double tol = type == KVC_WT_F32    ? 0
+                             : type == KVC_WT_F16  ? fabs(x[i]) * 0x1p-11
+                             : type == KVC_WT_BF16 ? fabs(x[i]) * 0x1p-8
+                                                   : range / levels * 1.05;
                 if (fabs((double)y[i] - x[i]) > tol)
-                    fail_msg("%s: x[%lld] = %.6g round-trips to %.6g (tolerance %.3g)", ref->name, (long long)i,
-                             x[i], y[i], tol);
+                    fail_msg("%s: x[%lld] = %.6g round-trips to %.6g (tolerance %.3g)", ref->name,
+                             (long long)i, x[i], y[i], tol);
             }
         }
         free(x), free(y), free(w);
@@ -339,7 +401,9 @@ static void test_quantize_roundtrip(void **state) {
 }
 
 /* ---------- ggml's own blocks ---------- */
-static uint32_t rd_u32(const uint8_t *p) { return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t rd_u32(const uint8_t *p) {
+    return p[0] | p[1] << 8 | p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 static void test_ggml_blocks(void **state) {
     (void)state;
@@ -366,7 +430,8 @@ static void test_ggml_blocks(void **state) {
         assert_int_equal((size_t)rows * rb, nbytes);
         assert_true(off + nbytes + (size_t)rows * n * 4 <= (size_t)size);
         const uint8_t *blocks = buf + off;
-        float *want = malloc((size_t)rows * n * sizeof(float)); /* the file is little-endian, as the host */
+        float *want =
+            malloc((size_t)rows * n * sizeof(float)); /* the file is little-endian, as the host */
         assert_non_null(want);
         memcpy(want, buf + off + nbytes, (size_t)rows * n * sizeof(float));
         off += nbytes + (size_t)rows * n * 4;
@@ -383,19 +448,21 @@ static void test_ggml_blocks(void **state) {
             ref->dequant(w, got, n);
             for (uint32_t i = 0; i < n; i++)
                 if (fabs((double)got[i] - wg[i]) > 2 * U * t[i])
-                    fail_msg("%s row %u: dequant[%u] %.9g, ggml says %.9g", ref->name, row, i, got[i], wg[i]);
+                    fail_msg("%s row %u: dequant[%u] %.9g, ggml says %.9g", ref->name, row, i,
+                             got[i], wg[i]);
             act->dequant(w, got, n);
             for (uint32_t i = 0; i < n; i++)
                 if (fabs((double)got[i] - wg[i]) > 2 * U * t[i])
-                    fail_msg("%s row %u: active dequant[%u] %.9g, ggml says %.9g", ref->name, row, i, got[i], wg[i]);
+                    fail_msg("%s row %u: active dequant[%u] %.9g, ggml says %.9g", ref->name, row,
+                             i, got[i], wg[i]);
             for (int xp = 0; xp < N_XPAT; xp++) {
                 make_act(xp, n, x);
                 kvc_act_prepare(act->act, x, a, n);
                 budget b = make_budget(type, w, n, wg, x);
                 double ds = act->dot(w, a, n), df = dot_f64(wg, x, n);
                 if (!(fabs(ds - df) <= b.aq + 2 * b.k * U * b.m))
-                    fail_msg("%s row %u x=%s: dot %.9g vs f32 dot of ggml's dequantisation %.9g", ref->name, row,
-                             xpat_name[xp], ds, df);
+                    fail_msg("%s row %u x=%s: dot %.9g vs f32 dot of ggml's dequantisation %.9g",
+                             ref->name, row, xpat_name[xp], ds, df);
             }
         }
         free(got), free(x), free(t), free(a), free(want);
@@ -436,13 +503,15 @@ static void test_unknown_types(void **state) {
 }
 
 /* ---------- matvec ---------- */
-static void ref_matvec(uint32_t type, const uint8_t *w, int64_t rows, int64_t n, const float *x, float *y) {
+static void ref_matvec(uint32_t type, const uint8_t *w, int64_t rows, int64_t n, const float *x,
+                       float *y) {
     const kvc_wtype *ref = kvc_wtype_ref(type);
     void *a = malloc(kvc_act_bytes(ref->act, n));
     assert_non_null(a);
     kvc_act_prepare_ref(ref->act, x, a, n);
     size_t rb = kvc_wtype_row_bytes(type, n);
-    for (int64_t r = 0; r < rows; r++) y[r] = ref->dot(w + r * rb, a, n);
+    for (int64_t r = 0; r < rows; r++)
+        y[r] = ref->dot(w + r * rb, a, n);
     free(a);
 }
 
@@ -457,10 +526,12 @@ static void test_matvec_threads(void **state) {
             if (!rb) continue;
             uint8_t *w = malloc(rb * rows);
             float *src = malloc(n * sizeof(float)), *x = malloc(n * sizeof(float));
-            float *y0 = malloc(rows * sizeof(float)), *y = malloc(rows * sizeof(float)), *yr = malloc(rows * sizeof(float));
+            float *y0 = malloc(rows * sizeof(float)), *y = malloc(rows * sizeof(float)),
+                  *yr = malloc(rows * sizeof(float));
             float *wf = malloc(n * sizeof(float));
             assert_true(w && src && x && y0 && y && yr && wf);
-            for (int64_t r = 0; r < rows; r++) make_weights(r % 5 == 4 ? W_RAW : W_RANDOM, type, n, src, w + r * rb);
+            for (int64_t r = 0; r < rows; r++)
+                make_weights(r % 5 == 4 ? W_RAW : W_RANDOM, type, n, src, w + r * rb);
             make_act(X_RANDOM, n, x);
             kvc_matvec(NULL, type, w, rows, n, x, y0);
             ref_matvec(type, w, rows, n, x, yr);
@@ -468,8 +539,9 @@ static void test_matvec_threads(void **state) {
                 kvc_wtype_ref(type)->dequant(w + r * rb, wf, n);
                 budget b = make_budget(type, w + r * rb, n, wf, x);
                 if (!(fabs((double)y0[r] - yr[r]) <= 4 * b.k * U * b.m))
-                    fail_msg("%s %lldx%lld: matvec row %lld %.9g vs reference %.9g", kvc_wtype_ref(type)->name,
-                             (long long)rows, (long long)n, (long long)r, y0[r], yr[r]);
+                    fail_msg("%s %lldx%lld: matvec row %lld %.9g vs reference %.9g",
+                             kvc_wtype_ref(type)->name, (long long)rows, (long long)n, (long long)r,
+                             y0[r], yr[r]);
             }
             for (int nt = 1; nt <= 3; nt++) {
                 kvc_pool *pool;
@@ -487,8 +559,8 @@ static void test_matvec_threads(void **state) {
 
 static void test_matvec_multi(void **state) {
     (void)state;
-    const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q6_K, KVC_WT_F16, KVC_WT_Q4_K, KVC_WT_Q4_1,
-                              KVC_WT_F32, KVC_WT_Q4_0, KVC_WT_BF16, KVC_WT_Q5_K};
+    const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q6_K, KVC_WT_F16,  KVC_WT_Q4_K,
+                              KVC_WT_Q4_1, KVC_WT_F32,  KVC_WT_Q4_0, KVC_WT_BF16, KVC_WT_Q5_K};
     const int64_t rows[] = {67, 9, 30, 4, 1, 129, 12, 40, 3, 17};
     enum { NOPS = 10 };
     const int64_t n = 768;
@@ -500,8 +572,10 @@ static void test_matvec_multi(void **state) {
         size_t rb = kvc_wtype_row_bytes(types[o], n);
         uint8_t *w = malloc(rb * rows[o]);
         assert_non_null(w);
-        for (int64_t r = 0; r < rows[o]; r++) make_weights(W_RANDOM, types[o], n, src, w + r * rb);
-        ops[o] = (kvc_matvec_op){.type = types[o], .w = w, .rows = rows[o], .y = malloc(rows[o] * sizeof(float))};
+        for (int64_t r = 0; r < rows[o]; r++)
+            make_weights(W_RANDOM, types[o], n, src, w + r * rb);
+        ops[o] = (kvc_matvec_op){
+            .type = types[o], .w = w, .rows = rows[o], .y = malloc(rows[o] * sizeof(float))};
         assert_non_null(ops[o].y);
     }
     kvc_pool *pool;
@@ -524,7 +598,8 @@ static void test_matvec_long_rows(void **state) {
     (void)state;
     const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q6_K, KVC_WT_F16};
     const int64_t n = 16384 * 2 + 512, rows = 6;
-    float *x = malloc(n * sizeof(float)), *src = malloc(n * sizeof(float)), *wf = malloc(n * sizeof(float));
+    float *x = malloc(n * sizeof(float)), *src = malloc(n * sizeof(float)),
+          *wf = malloc(n * sizeof(float));
     assert_true(x && src && wf);
     make_act(X_RANDOM, n, x);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
@@ -532,7 +607,8 @@ static void test_matvec_long_rows(void **state) {
         uint8_t *w = malloc(rb * rows);
         float y[6];
         assert_non_null(w);
-        for (int64_t r = 0; r < rows; r++) make_weights(W_RANDOM, types[ti], n, src, w + r * rb);
+        for (int64_t r = 0; r < rows; r++)
+            make_weights(W_RANDOM, types[ti], n, src, w + r * rb);
         kvc_matvec(NULL, types[ti], w, rows, n, x, y);
         for (int64_t r = 0; r < rows; r++) {
             kvc_wtype_ref(types[ti])->dequant(w + r * rb, wf, n);
@@ -540,8 +616,8 @@ static void test_matvec_long_rows(void **state) {
             double df = dot_f64(wf, x, n);
             /* one more rounding per piece: k + 3 */
             if (!(fabs(y[r] - df) <= b.aq + 2 * (b.k + 3) * U * b.m))
-                fail_msg("%s n=%lld row %lld: %.9g vs f32 dot %.9g", kvc_wtype_ref(types[ti])->name, (long long)n,
-                         (long long)r, y[r], df);
+                fail_msg("%s n=%lld row %lld: %.9g vs f32 dot %.9g", kvc_wtype_ref(types[ti])->name,
+                         (long long)n, (long long)r, y[r], df);
         }
         free(w);
     }
@@ -555,9 +631,11 @@ static void test_dequant_rows(void **state) {
         const int64_t n = 512, rows = 7;
         size_t rb = kvc_wtype_row_bytes(type, n);
         uint8_t *w = malloc(rb * rows);
-        float *src = malloc(n * sizeof(float)), *out = malloc(3 * n * sizeof(float)), *one = malloc(n * sizeof(float));
+        float *src = malloc(n * sizeof(float)), *out = malloc(3 * n * sizeof(float)),
+              *one = malloc(n * sizeof(float));
         assert_true(w && src && out && one);
-        for (int64_t r = 0; r < rows; r++) make_weights(W_RANDOM, type, n, src, w + r * rb);
+        for (int64_t r = 0; r < rows; r++)
+            make_weights(W_RANDOM, type, n, src, w + r * rb);
         kvc_dequant_rows(type, w, 2, 3, n, out);
         for (int r = 0; r < 3; r++) {
             kvc_wtype_get(type)->dequant(w + (2 + r) * rb, one, n);

@@ -17,7 +17,8 @@ static inline int32_t quant32(const float *x, __m256 id, int8_t *q) {
     __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 8), id));
     __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 16), id));
     __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + 24), id));
-    int32_t sum = kvc_hsum256_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+    int32_t sum =
+        kvc_hsum256_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
     __m256i p01 = _mm256_packs_epi32(i0, i1), p23 = _mm256_packs_epi32(i2, i3);
     __m256i p = _mm256_packs_epi16(p01, p23); /* lane-interleaved: fix the dword order */
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
@@ -28,7 +29,8 @@ static inline int32_t quant32(const float *x, __m256 id, int8_t *q) {
 static inline float absmax(const float *x, int len) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
-    for (int j = 0; j < len; j += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
+    for (int j = 0; j < len; j += 8)
+        m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
     return hmax256_ps(m);
 }
 
@@ -52,7 +54,8 @@ static void act_q8_k_avx2(const float *x, void *buf, int64_t n) {
         float amax = absmax(xb, KVC_QKK);
         d[b] = amax / 127.0f;
         __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-        for (int c = 0; c < 8; c++) quant32(xb + 32 * c, id, q + b * KVC_QKK + 32 * c);
+        for (int c = 0; c < 8; c++)
+            quant32(xb + 32 * c, id, q + b * KVC_QKK + 32 * c);
         for (int g = 0; g < 16; g++) {
             __m128i v = _mm_loadu_si128((const __m128i *)(q + b * KVC_QKK + 16 * g));
             __m256i w = _mm256_madd_epi16(_mm256_cvtepi8_epi16(v), _mm256_set1_epi16(1));

@@ -19,7 +19,9 @@ static inline int32_t kvc_hsum256_epi32(__m256i v) {
     return _mm_cvtsi128_si32(s);
 }
 
-static inline float kvc_f16_load_avx2(const uint16_t *p) { return _cvtsh_ss(*p); }
+static inline float kvc_f16_load_avx2(const uint16_t *p) {
+    return _cvtsh_ss(*p);
+}
 
 /* 16 nibbles of 16 bytes -> 32 bytes: low nibbles then high nibbles (q4_0/q4_1 order) */
 static inline __m256i kvc_nibbles_avx2(const uint8_t *qs) {

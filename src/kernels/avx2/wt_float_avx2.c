@@ -13,9 +13,11 @@ static float dot_f32_f32_avx2(const void *row, const void *act, int64_t n) {
         s2 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
         s3 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(w + i), _mm256_loadu_ps(a + i), s0);
     float s = kvc_hsum256_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += w[i] * a[i];
+    for (; i < n; i++)
+        s += w[i] * a[i];
     return s;
 }
 
@@ -34,9 +36,11 @@ static float dot_f16_f32_avx2(const void *row, const void *act, int64_t n) {
         s2 = _mm256_fmadd_ps(load_f16x8(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
         s3 = _mm256_fmadd_ps(load_f16x8(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load_f16x8(w + i), _mm256_loadu_ps(a + i), s0);
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(load_f16x8(w + i), _mm256_loadu_ps(a + i), s0);
     float s = kvc_hsum256_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += kvc_f16_to_f32(w[i]) * a[i];
+    for (; i < n; i++)
+        s += kvc_f16_to_f32(w[i]) * a[i];
     return s;
 }
 
@@ -56,24 +60,30 @@ static float dot_bf16_f32_avx2(const void *row, const void *act, int64_t n) {
         s2 = _mm256_fmadd_ps(load_bf16x8(w + i + 16), _mm256_loadu_ps(a + i + 16), s2);
         s3 = _mm256_fmadd_ps(load_bf16x8(w + i + 24), _mm256_loadu_ps(a + i + 24), s3);
     }
-    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(load_bf16x8(w + i), _mm256_loadu_ps(a + i), s0);
+    for (; i + 8 <= n; i += 8)
+        s0 = _mm256_fmadd_ps(load_bf16x8(w + i), _mm256_loadu_ps(a + i), s0);
     float s = kvc_hsum256_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
-    for (; i < n; i++) s += kvc_bf16_to_f32(w[i]) * a[i];
+    for (; i < n; i++)
+        s += kvc_bf16_to_f32(w[i]) * a[i];
     return s;
 }
 
 static void dequant_f16_avx2(const void *x, float *y, int64_t n) {
     const uint16_t *h = x;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_f16x8(h + i));
-    for (; i < n; i++) y[i] = kvc_f16_to_f32(h[i]);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, load_f16x8(h + i));
+    for (; i < n; i++)
+        y[i] = kvc_f16_to_f32(h[i]);
 }
 
 static void dequant_bf16_avx2(const void *x, float *y, int64_t n) {
     const uint16_t *h = x;
     int64_t i = 0;
-    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, load_bf16x8(h + i));
-    for (; i < n; i++) y[i] = kvc_bf16_to_f32(h[i]);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, load_bf16x8(h + i));
+    for (; i < n; i++)
+        y[i] = kvc_bf16_to_f32(h[i]);
 }
 
 void kvc_wt_register_float_avx2(kvc_wtype *table) {

@@ -16,9 +16,13 @@ static float dot_q4_0_q8_0_avx2(const void *row, const void *act, int64_t n) {
     for (; i + 2 <= nb; i += 2) {
         float d0 = kvc_f16_load_avx2(&b[i].d), d1 = kvc_f16_load_avx2(&b[i + 1].d);
         __m256i p0 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(kvc_nibbles_avx2(b[i].qs), _mm256_loadu_si256((const __m256i *)(q + i * 32))), ones);
+            _mm256_maddubs_epi16(kvc_nibbles_avx2(b[i].qs),
+                                 _mm256_loadu_si256((const __m256i *)(q + i * 32))),
+            ones);
         __m256i p1 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(kvc_nibbles_avx2(b[i + 1].qs), _mm256_loadu_si256((const __m256i *)(q + i * 32 + 32))), ones);
+            _mm256_maddubs_epi16(kvc_nibbles_avx2(b[i + 1].qs),
+                                 _mm256_loadu_si256((const __m256i *)(q + i * 32 + 32))),
+            ones);
         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * da[i]), acc0);
         acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p1), _mm256_set1_ps(d1 * da[i + 1]), acc1);
         acco += d0 * sa[i] + d1 * sa[i + 1];
@@ -26,7 +30,9 @@ static float dot_q4_0_q8_0_avx2(const void *row, const void *act, int64_t n) {
     for (; i < nb; i++) {
         float d0 = kvc_f16_load_avx2(&b[i].d);
         __m256i p0 = _mm256_madd_epi16(
-            _mm256_maddubs_epi16(kvc_nibbles_avx2(b[i].qs), _mm256_loadu_si256((const __m256i *)(q + i * 32))), ones);
+            _mm256_maddubs_epi16(kvc_nibbles_avx2(b[i].qs),
+                                 _mm256_loadu_si256((const __m256i *)(q + i * 32))),
+            ones);
         acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p0), _mm256_set1_ps(d0 * da[i]), acc0);
         acco += d0 * sa[i];
     }
@@ -42,9 +48,13 @@ static void dequant_q4_0_avx2(const void *x, float *y, int64_t n) {
         __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
         float *o = y + i * KVC_QK;
         _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
-        _mm256_storeu_ps(o + 8, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+        _mm256_storeu_ps(
+            o + 8,
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
         _mm256_storeu_ps(o + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
-        _mm256_storeu_ps(o + 24, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+        _mm256_storeu_ps(
+            o + 24,
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
     }
 }
 

@@ -22,20 +22,27 @@ static float dot_q4_k_q8_k_avx2(const void *row, const void *act, int64_t n) {
         const int8_t *a = qa + i * KVC_QKK;
         for (int c = 0; c < 4; c++) {
             __m256i raw = _mm256_loadu_si256((const __m256i *)(b[i].qs + 32 * c));
-            __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * c)));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * c + 32)));
+            __m256i lo = _mm256_and_si256(raw, m4),
+                    hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+            __m256i p0 =
+                _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * c)));
+            __m256i p1 =
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * c + 32)));
             p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * c]));
             p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * c + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
         int32_t summ = 0;
         const int16_t *bs = bsum + i * 16;
-        for (int j = 0; j < 8; j++) summ += m[j] * (bs[2 * j] + bs[2 * j + 1]);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(kvc_f16_load_avx2(&b[i].d) * da[i]), acc);
+        for (int j = 0; j < 8; j++)
+            summ += m[j] * (bs[2 * j] + bs[2 * j + 1]);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi),
+                              _mm256_set1_ps(kvc_f16_load_avx2(&b[i].d) * da[i]), acc);
         accm += kvc_f16_load_avx2(&b[i].dmin) * da[i] * (float)summ;
     }
     return kvc_hsum256_ps(acc) - accm;
 }
 
-void kvc_wt_register_q4_k_avx2(kvc_wtype *table) { table[KVC_WT_Q4_K].dot = dot_q4_k_q8_k_avx2; }
+void kvc_wt_register_q4_k_avx2(kvc_wtype *table) {
+    table[KVC_WT_Q4_K].dot = dot_q4_k_q8_k_avx2;
+}

@@ -26,19 +26,25 @@ static float dot_q5_k_q8_k_avx2(const void *row, const void *act, int64_t n) {
             qh = _mm256_srli_epi16(qh, 2);
             __m256i lo = _mm256_or_si256(_mm256_and_si256(raw, m4), h0);
             __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(raw, 4), m4), h1);
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * c)));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * c + 32)));
+            __m256i p0 =
+                _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(a + 64 * c)));
+            __m256i p1 =
+                _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(a + 64 * c + 32)));
             p0 = _mm256_madd_epi16(p0, _mm256_set1_epi16((short)sc[2 * c]));
             p1 = _mm256_madd_epi16(p1, _mm256_set1_epi16((short)sc[2 * c + 1]));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(p0, p1));
         }
         int32_t summ = 0;
         const int16_t *bs = bsum + i * 16;
-        for (int j = 0; j < 8; j++) summ += m[j] * (bs[2 * j] + bs[2 * j + 1]);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(kvc_f16_load_avx2(&b[i].d) * da[i]), acc);
+        for (int j = 0; j < 8; j++)
+            summ += m[j] * (bs[2 * j] + bs[2 * j + 1]);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi),
+                              _mm256_set1_ps(kvc_f16_load_avx2(&b[i].d) * da[i]), acc);
         accm += kvc_f16_load_avx2(&b[i].dmin) * da[i] * (float)summ;
     }
     return kvc_hsum256_ps(acc) - accm;
 }
 
-void kvc_wt_register_q5_k_avx2(kvc_wtype *table) { table[KVC_WT_Q5_K].dot = dot_q5_k_q8_k_avx2; }
+void kvc_wt_register_q5_k_avx2(kvc_wtype *table) {
+    table[KVC_WT_Q5_K].dot = dot_q5_k_q8_k_avx2;
+}

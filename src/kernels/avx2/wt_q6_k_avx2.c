@@ -25,24 +25,33 @@ static float dot_q6_k_q8_k_avx2(const void *row, const void *act, int64_t n) {
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(b[i].ql + 64 * h + 32));
             __m256i qh = _mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h));
             __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4),
+                                   _mm256_slli_epi16(_mm256_and_si256(qh, m2), 4));
+            q[1] = _mm256_or_si256(
+                _mm256_and_si256(l1, m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2), m2), 4));
+            q[2] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 4), m2), 4));
+            q[3] = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
             for (int k = 0; k < 4; k++) {
-                __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(a + 128 * h + 32 * k)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, group_scales(b[i].scales, 8 * h + 2 * k)));
+                __m256i p = _mm256_maddubs_epi16(
+                    q[k], _mm256_loadu_si256((const __m256i *)(a + 128 * h + 32 * k)));
+                sumi = _mm256_add_epi32(
+                    sumi, _mm256_madd_epi16(p, group_scales(b[i].scales, 8 * h + 2 * k)));
             }
         }
         int32_t off = 0;
-        for (int g = 0; g < 16; g++) off += b[i].scales[g] * bsum[i * 16 + g];
+        for (int g = 0; g < 16; g++)
+            off += b[i].scales[g] * bsum[i * 16 + g];
         int32_t total = kvc_hsum256_epi32(sumi) - 32 * off;
         acc += kvc_f16_load_avx2(&b[i].d) * da[i] * (float)total;
     }
     return acc;
 }
 
-void kvc_wt_register_q6_k_avx2(kvc_wtype *table) { table[KVC_WT_Q6_K].dot = dot_q6_k_q8_k_avx2; }
+void kvc_wt_register_q6_k_avx2(kvc_wtype *table) {
+    table[KVC_WT_Q6_K].dot = dot_q6_k_q8_k_avx2;
+}

@@ -13,7 +13,8 @@ KVC_AINLINE __m512i quant16(const float *x, __m512 id, int8_t *q) {
 
 KVC_AINLINE float absmax(const float *x, int len) {
     __m512 m = _mm512_setzero_ps();
-    for (int j = 0; j < len; j += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
+    for (int j = 0; j < len; j += 16)
+        m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + j)));
     return _mm512_reduce_max_ps(m);
 }
 
@@ -25,7 +26,8 @@ static void act_q8_0_avx512(const float *x, void *buf, int64_t n) {
         float amax = absmax(xb, KVC_QK);
         d[b] = amax / 127.0f;
         __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
-        __m512i v = _mm512_add_epi32(quant16(xb, id, q + b * KVC_QK), quant16(xb + 16, id, q + b * KVC_QK + 16));
+        __m512i v = _mm512_add_epi32(quant16(xb, id, q + b * KVC_QK),
+                                     quant16(xb + 16, id, q + b * KVC_QK + 16));
         s[b] = d[b] * (float)_mm512_reduce_add_epi32(v);
     }
 }
@@ -40,7 +42,8 @@ static void act_q8_k_avx512(const float *x, void *buf, int64_t n) {
         d[b] = amax / 127.0f;
         __m512 id = _mm512_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
         for (int g = 0; g < 16; g++)
-            bsum[b * 16 + g] = (int16_t)_mm512_reduce_add_epi32(quant16(xb + 16 * g, id, q + b * KVC_QKK + 16 * g));
+            bsum[b * 16 + g] = (int16_t)_mm512_reduce_add_epi32(
+                quant16(xb + 16 * g, id, q + b * KVC_QKK + 16 * g));
     }
 }
 

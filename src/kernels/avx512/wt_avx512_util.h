@@ -8,21 +8,30 @@
 
 #define KVC_AINLINE static inline __attribute__((always_inline))
 
-KVC_AINLINE float kvc_f16_load_avx512(const uint16_t *p) { return _cvtsh_ss(*p); }
+KVC_AINLINE float kvc_f16_load_avx512(const uint16_t *p) {
+    return _cvtsh_ss(*p);
+}
 
 /* Mask of the first k lanes (0 <= k <= 16). */
-KVC_AINLINE __mmask16 kvc_mask16(int k) { return (__mmask16)((1u << k) - 1u); }
+KVC_AINLINE __mmask16 kvc_mask16(int k) {
+    return (__mmask16)((1u << k) - 1u);
+}
 
 /* Mask of the first k lanes (0 <= k <= 32). */
-KVC_AINLINE __mmask32 kvc_mask32(int k) { return k >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << k) - 1u); }
+KVC_AINLINE __mmask32 kvc_mask32(int k) {
+    return k >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << k) - 1u);
+}
 
 /* Mask of the first k bytes (0 <= k <= 64). */
-KVC_AINLINE __mmask64 kvc_mask64(int k) { return k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1); }
+KVC_AINLINE __mmask64 kvc_mask64(int k) {
+    return k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1);
+}
 
 /* Prefetch [p, p + bytes) into the cache ahead of use: the next rows of a
  * streamed weight matrix (DRAM latency is longer than the out-of-order window). */
 KVC_AINLINE void kvc_prefetch_rows(const void *p, size_t bytes) {
-    for (size_t o = 0; o < bytes; o += 64) _mm_prefetch((const char *)p + o, _MM_HINT_T0);
+    for (size_t o = 0; o < bytes; o += 64)
+        _mm_prefetch((const char *)p + o, _MM_HINT_T0);
 }
 
 /* Bytes to prefetch ahead of the rows being computed, in whole groups of four

@@ -4,12 +4,15 @@
 #include "kernels/avx512/wt_avx512_util.h"
 #include "model/wt_kernels.h"
 
-KVC_AINLINE __m512 ld_f32(const void *p, __mmask16 k) { return _mm512_maskz_loadu_ps(k, p); }
+KVC_AINLINE __m512 ld_f32(const void *p, __mmask16 k) {
+    return _mm512_maskz_loadu_ps(k, p);
+}
 KVC_AINLINE __m512 ld_f16(const void *p, __mmask16 k) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, p));
 }
 KVC_AINLINE __m512 ld_bf16(const void *p, __mmask16 k) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
+    return _mm512_castsi512_ps(
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, p)), 16));
 }
 
 /* one body per weight format; `ld` and the element size are compile-time constants */

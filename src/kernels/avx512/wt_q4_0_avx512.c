@@ -34,9 +34,9 @@ KVC_AINLINE __m256i load_d16(const kvc_blk_q4_0 *b, int gl) {
         z[k] = _mm512_maskz_loadu_epi16(kvc_mask32(c <= 0 ? 0 : c >= 32 ? 32 : c), p + 32 * k);
     }
     /* word index 9i modulo the table size (64 words for two registers, 32 for one) */
-    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 135 - 128, 126 - 64,
-                                         117 - 64, 108 - 64, 99 - 64, 90 - 64, 81 - 64, 72 - 64, 63, 54, 45, 36,
-                                         27, 18, 9, 0);
+    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 135 - 128,
+                                         126 - 64, 117 - 64, 108 - 64, 99 - 64, 90 - 64, 81 - 64,
+                                         72 - 64, 63, 54, 45, 36, 27, 18, 9, 0);
     __m512i r01 = _mm512_permutex2var_epi16(z[0], idx, z[1]); /* words 0..7 */
     __m512i r23 = _mm512_permutex2var_epi16(z[2], idx, z[3]); /* words 8..14 */
     __m512i r4 = _mm512_permutexvar_epi16(idx, z[4]);         /* word 15 */
@@ -55,12 +55,14 @@ KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     __m512 acc[4], accm[4], S[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++)
+        acc[r] = accm[r] = _mm512_setzero_ps();
 
     for (int64_t g0 = 0; g0 < nb; g0 += 16) {
         const int gl = nb - g0 < 16 ? (int)(nb - g0) : 16;
         const __mmask16 gm = kvc_mask16(gl);
-        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0), sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
+        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0),
+                     sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const kvc_blk_q4_0 *b = (const kvc_blk_q4_0 *)(w + (size_t)r * stride) + g0;
@@ -86,15 +88,18 @@ KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int
             for (int r = 0; r < R; r++) {
                 const kvc_blk_q4_0 *b = (const kvc_blk_q4_0 *)(w + (size_t)r * stride) + g0 + c;
                 __m512i wq = v == 4 ? load_qs4(b) : load_qs_partial(b, v);
-                __m512i lo = _mm512_and_si512(wq, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), m4);
+                __m512i lo = _mm512_and_si512(wq, m4),
+                        hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), m4);
                 __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo);
                 p = _mm512_dpbusd_epi32(p, hi, ahi);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]), acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]),
+                                         acc[r]);
             }
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(accm[r], _mm512_set1_ps(-8.0f), acc[r]));
+    for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(accm[r], _mm512_set1_ps(-8.0f), acc[r]));
 }
 
 static float dot_q4_0_q8_0_avx512(const void *row, const void *act, int64_t n) {
@@ -115,7 +120,8 @@ static void dot_rows_q4_0_q8_0_avx512(const void *w, size_t stride, int64_t nrow
         kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);
         q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
     }
-    for (; r < nrows; r++) q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
+    for (; r < nrows; r++)
+        q4_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
 }
 
 static void dequant_q4_0_avx512(const void *x, float *y, int64_t n) {
@@ -124,10 +130,13 @@ static void dequant_q4_0_avx512(const void *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n / KVC_QK; i++) {
         __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
         __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
-        __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+        __m512i hi =
+            _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
         __m512 d = _mm512_set1_ps(kvc_f16_load_avx512(&b[i].d));
-        _mm512_storeu_ps(y + i * KVC_QK, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight)), d));
-        _mm512_storeu_ps(y + i * KVC_QK + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight)), d));
+        _mm512_storeu_ps(y + i * KVC_QK,
+                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(lo, eight)), d));
+        _mm512_storeu_ps(y + i * KVC_QK + 16,
+                         _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(hi, eight)), d));
     }
 }
 

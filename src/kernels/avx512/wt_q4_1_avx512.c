@@ -34,18 +34,20 @@ KVC_AINLINE __m512i load_qs_partial(const kvc_blk_q4_1 *b, int v) {
 KVC_AINLINE __m512i load_dm16(const kvc_blk_q4_1 *b, int gl) {
     const int32_t *p = (const int32_t *)b;
     const int nd = 5 * gl; /* dwords of the group that exist */
-    const __m512i idx = _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75);
+    const __m512i idx =
+        _mm512_setr_epi32(0, 5, 10, 15, 20, 25, 30, 35, 40, 45, 50, 55, 60, 65, 70, 75);
     if (gl <= 3) /* short tail group: one load */
-        return _mm512_maskz_permutexvar_epi32(kvc_mask16(gl), idx, _mm512_maskz_loadu_epi32(kvc_mask16(nd), p));
+        return _mm512_maskz_permutexvar_epi32(kvc_mask16(gl), idx,
+                                              _mm512_maskz_loadu_epi32(kvc_mask16(nd), p));
     __m512i z[5];
 #pragma GCC unroll 5
     for (int k = 0; k < 5; k++) {
         int c = nd - 16 * k;
         z[k] = _mm512_maskz_loadu_epi32(kvc_mask16(c <= 0 ? 0 : c >= 16 ? 16 : c), p + 16 * k);
     }
-    __m512i r01 = _mm512_permutex2var_epi32(z[0], idx, z[1]);  /* lanes 0..6 */
-    __m512i r23 = _mm512_permutex2var_epi32(z[2], idx, z[3]);  /* lanes 7..12 (index mod 32) */
-    __m512i r4 = _mm512_permutexvar_epi32(idx, z[4]);          /* lanes 13..15 (index mod 16) */
+    __m512i r01 = _mm512_permutex2var_epi32(z[0], idx, z[1]); /* lanes 0..6 */
+    __m512i r23 = _mm512_permutex2var_epi32(z[2], idx, z[3]); /* lanes 7..12 (index mod 32) */
+    __m512i r4 = _mm512_permutexvar_epi32(idx, z[4]);         /* lanes 13..15 (index mod 16) */
     return _mm512_mask_blend_epi32(0xe000, _mm512_mask_blend_epi32(0x1f80, r01, r23), r4);
 }
 
@@ -60,12 +62,14 @@ KVC_AINLINE void q4_1_rows(const uint8_t *w, size_t stride, const void *act, int
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     __m512 acc[4], accm[4], S[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) acc[r] = accm[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++)
+        acc[r] = accm[r] = _mm512_setzero_ps();
 
     for (int64_t g0 = 0; g0 < nb; g0 += 16) {
         const int gl = nb - g0 < 16 ? (int)(nb - g0) : 16;
         const __mmask16 gm = kvc_mask16(gl);
-        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0), sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
+        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0),
+                     sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const kvc_blk_q4_1 *b = (const kvc_blk_q4_1 *)(w + (size_t)r * stride) + g0;
@@ -93,15 +97,18 @@ KVC_AINLINE void q4_1_rows(const uint8_t *w, size_t stride, const void *act, int
             for (int r = 0; r < R; r++) {
                 const kvc_blk_q4_1 *b = (const kvc_blk_q4_1 *)(w + (size_t)r * stride) + g0 + c;
                 __m512i wq = v == 4 ? load_qs4(b) : load_qs_partial(b, v);
-                __m512i lo = _mm512_and_si512(wq, m4), hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), m4);
+                __m512i lo = _mm512_and_si512(wq, m4),
+                        hi = _mm512_and_si512(_mm512_srli_epi16(wq, 4), m4);
                 __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo);
                 p = _mm512_dpbusd_epi32(p, hi, ahi);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]), acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]),
+                                         acc[r]);
             }
         }
     }
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], accm[r]));
+    for (int r = 0; r < R; r++)
+        y[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r], accm[r]));
 }
 
 static float dot_q4_1_q8_0_avx512(const void *row, const void *act, int64_t n) {
@@ -122,7 +129,8 @@ static void dot_rows_q4_1_q8_0_avx512(const void *w, size_t stride, int64_t nrow
         kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);
         q4_1_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
     }
-    for (; r < nrows; r++) q4_1_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
+    for (; r < nrows; r++)
+        q4_1_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
 }
 
 static void dequant_q4_1_avx512(const void *x, float *y, int64_t n) {
@@ -130,8 +138,10 @@ static void dequant_q4_1_avx512(const void *x, float *y, int64_t n) {
     for (int64_t i = 0; i < n / KVC_QK; i++) {
         __m128i raw = _mm_loadu_si128((const __m128i *)b[i].qs);
         __m512i lo = _mm512_cvtepu8_epi32(_mm_and_si128(raw, _mm_set1_epi8(0x0f)));
-        __m512i hi = _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
-        __m512 d = _mm512_set1_ps(kvc_f16_load_avx512(&b[i].d)), m = _mm512_set1_ps(kvc_f16_load_avx512(&b[i].m));
+        __m512i hi =
+            _mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(raw, 4), _mm_set1_epi8(0x0f)));
+        __m512 d = _mm512_set1_ps(kvc_f16_load_avx512(&b[i].d)),
+               m = _mm512_set1_ps(kvc_f16_load_avx512(&b[i].m));
         _mm512_storeu_ps(y + i * KVC_QK, _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), d, m));
         _mm512_storeu_ps(y + i * KVC_QK + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), d, m));
     }

@@ -20,8 +20,9 @@ static float dot_q6_k_q8_k_avx512(const void *row, const void *act, int64_t n) {
                                              0x0002000200020002, 0x0002000200020002);
     const __m512i cnt_hi = _mm512_add_epi16(cnt_lo, _mm512_set1_epi16(4));
     /* group-scale index: 8 words per group, four groups per zmm */
-    const __m512i gidx0 = _mm512_setr_epi64(0, 0, 0x0001000100010001, 0x0001000100010001, 0x0002000200020002,
-                                            0x0002000200020002, 0x0003000300030003, 0x0003000300030003);
+    const __m512i gidx0 =
+        _mm512_setr_epi64(0, 0, 0x0001000100010001, 0x0001000100010001, 0x0002000200020002,
+                          0x0002000200020002, 0x0003000300030003, 0x0003000300030003);
     float acc = 0;
     for (int64_t i = 0; i < n / KVC_QKK; i++) {
         const __m256i sc = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b[i].scales));
@@ -30,15 +31,22 @@ static float dot_q6_k_q8_k_avx512(const void *row, const void *act, int64_t n) {
         __m512i sum = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             __m512i l = _mm512_loadu_si512(b[i].ql + 64 * h);
-            __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h)));
-            __m512i x0 = _mm512_or_si512(_mm512_and_si512(l, m4),
-                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_lo), m2), 4));
-            __m512i x1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
-                                         _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_hi), m2), 4));
-            __m512i s0 = _mm512_permutexvar_epi16(_mm512_add_epi16(gidx0, _mm512_set1_epi16((short)(8 * h))), sc512);
-            __m512i s1 = _mm512_permutexvar_epi16(_mm512_add_epi16(gidx0, _mm512_set1_epi16((short)(8 * h + 4))), sc512);
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(x0, _mm512_loadu_si512(a + 128 * h)), s0);
-            sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(x1, _mm512_loadu_si512(a + 128 * h + 64)), s1);
+            __m512i qh =
+                _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b[i].qh + 32 * h)));
+            __m512i x0 = _mm512_or_si512(
+                _mm512_and_si512(l, m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_lo), m2), 4));
+            __m512i x1 = _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi16(l, 4), m4),
+                _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, cnt_hi), m2), 4));
+            __m512i s0 = _mm512_permutexvar_epi16(
+                _mm512_add_epi16(gidx0, _mm512_set1_epi16((short)(8 * h))), sc512);
+            __m512i s1 = _mm512_permutexvar_epi16(
+                _mm512_add_epi16(gidx0, _mm512_set1_epi16((short)(8 * h + 4))), sc512);
+            sum = _mm512_dpwssd_epi32(
+                sum, _mm512_maddubs_epi16(x0, _mm512_loadu_si512(a + 128 * h)), s0);
+            sum = _mm512_dpwssd_epi32(
+                sum, _mm512_maddubs_epi16(x1, _mm512_loadu_si512(a + 128 * h + 64)), s1);
         }
         __m256i off = _mm256_madd_epi16(sc, _mm256_loadu_si256((const __m256i *)(bsum + i * 16)));
         sum = _mm512_sub_epi32(sum, _mm512_slli_epi32(_mm512_zextsi256_si512(off), 5));
@@ -47,4 +55,6 @@ static float dot_q6_k_q8_k_avx512(const void *row, const void *act, int64_t n) {
     return acc;
 }
 
-void kvc_wt_register_q6_k_avx512(kvc_wtype *table) { table[KVC_WT_Q6_K].dot = dot_q6_k_q8_k_avx512; }
+void kvc_wt_register_q6_k_avx512(kvc_wtype *table) {
+    table[KVC_WT_Q6_K].dot = dot_q6_k_q8_k_avx512;
+}

@@ -27,9 +27,10 @@ KVC_AINLINE __m256i load_d16(const kvc_blk_q8_0 *b, int gl) {
         z[k] = _mm512_maskz_loadu_epi16(kvc_mask32(c <= 0 ? 0 : c >= 32 ? 32 : c), p + 32 * k);
     }
     /* word index 17i modulo 64 (each permute reads a pair of registers) */
-    const __m512i idx = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255 - 192, 238 - 192,
-                                         221 - 192, 204 - 192, 187 - 128, 170 - 128, 153 - 128, 136 - 128,
-                                         119 - 64, 102 - 64, 85 - 64, 68 - 64, 51, 34, 17, 0);
+    const __m512i idx =
+        _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 255 - 192, 238 - 192,
+                         221 - 192, 204 - 192, 187 - 128, 170 - 128, 153 - 128, 136 - 128, 119 - 64,
+                         102 - 64, 85 - 64, 68 - 64, 51, 34, 17, 0);
     __m512i r0 = _mm512_permutex2var_epi16(z[0], idx, z[1]); /* words 0..3 */
     __m512i r1 = _mm512_permutex2var_epi16(z[2], idx, z[3]); /* words 4..7 */
     __m512i r2 = _mm512_permutex2var_epi16(z[4], idx, z[5]); /* words 8..11 */
@@ -48,12 +49,14 @@ KVC_AINLINE void q8_0_rows(const uint8_t *w, size_t stride, const void *act, int
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     __m512 acc[4], accb[4], S[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) acc[r] = accb[r] = _mm512_setzero_ps();
+    for (int r = 0; r < R; r++)
+        acc[r] = accb[r] = _mm512_setzero_ps();
 
     for (int64_t g0 = 0; g0 < nb; g0 += 16) {
         const int gl = nb - g0 < 16 ? (int)(nb - g0) : 16;
         const __mmask16 gm = kvc_mask16(gl);
-        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0), sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
+        const __m512 da16 = _mm512_maskz_loadu_ps(gm, da + g0),
+                     sa16 = _mm512_maskz_loadu_ps(gm, sa + g0);
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) {
             const kvc_blk_q8_0 *b = (const kvc_blk_q8_0 *)(w + (size_t)r * stride) + g0;
@@ -68,20 +71,24 @@ KVC_AINLINE void q8_0_rows(const uint8_t *w, size_t stride, const void *act, int
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const kvc_blk_q8_0 *b = (const kvc_blk_q8_0 *)(w + (size_t)r * stride) + g0 + c;
-                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(load_qs2(b), bias), a);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]), acc[r]);
+                __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                                _mm512_xor_si512(load_qs2(b), bias), a);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]),
+                                         acc[r]);
             }
         }
         if (c < gl) { /* one block left: the upper half stays zero (no bias) */
-            const __m512i a = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(qa + (g0 + c) * KVC_QK)));
+            const __m512i a = _mm512_zextsi256_si512(
+                _mm256_loadu_si256((const __m256i *)(qa + (g0 + c) * KVC_QK)));
             const __m512i sidx = _mm512_set1_epi32(c);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 const kvc_blk_q8_0 *b = (const kvc_blk_q8_0 *)(w + (size_t)r * stride) + g0 + c;
-                __m512i wq = _mm512_zextsi256_si512(
-                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b->qs), _mm256_set1_epi8((char)0x80)));
+                __m512i wq = _mm512_zextsi256_si512(_mm256_xor_si256(
+                    _mm256_loadu_si256((const __m256i *)b->qs), _mm256_set1_epi8((char)0x80)));
                 __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wq, a);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]), acc[r]);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_permutexvar_ps(sidx, S[r]),
+                                         acc[r]);
             }
         }
     }
@@ -108,7 +115,8 @@ static void dot_rows_q8_0_q8_0_avx512(const void *w, size_t stride, int64_t nrow
         kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);
         q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
     }
-    for (; r < nrows; r++) q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
+    for (; r < nrows; r++)
+        q8_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
 }
 
 static void dequant_q8_0_avx512(const void *x, float *y, int64_t n) {
