@@ -2,7 +2,9 @@
  * kvc_quant_wsum): 16 values of a row per pass in two 8-lane slices, up to
  * four weight vectors at a time. A slice's 8 codes come from at most two
  * consecutive words for every bit width (3-bit packs 11 per word): a masked
- * load of those words, a lane permute, a variable shift, a mask, a convert. */
+ * load of those words, a lane permute, a variable shift, a mask, a convert.
+ * The weights times the rows' scales (and times the mins) are formed 8 rows
+ * at a time before the row loop. */
 #include <immintrin.h>
 
 #include "kv/codec/quant.h"
@@ -53,7 +55,10 @@ static inline void add_out(float *o, __m256 v, int lanes) {
     for (int l = 0; l < lanes; l++) o[l] += tmp[l];
 }
 
-/* NH weight vectors (1..4) over all rows for values j0..j0+15. */
+enum { ROWS = 64 }; /* rows whose weights are prepared at once */
+
+/* NH weight vectors (1..4) over all rows for values j0..j0+15. The per-row
+ * weights w*scale and the sums of w*min are formed 8 rows at a time first. */
 static inline __attribute__((always_inline)) void block(const kvc_qtile *t, const float *w,
                                                         ptrdiff_t ldw, float *out, ptrdiff_t ldo,
                                                         int j0, const int NH) {
@@ -61,25 +66,47 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
     __m256i mask = _mm256_set1_epi32((1 << t->bits) - 1);
     slice s0 = make_slice(t->bits, t->n, j0), s1 = make_slice(t->bits, t->n, j0 + 8);
     int two = s1.lanes != 0;
-    __m256 a0[4], a1[4];
+    __m256 a0[4], a1[4], msv[4];
     float ms[4] = {0, 0, 0, 0};
-    for (int h = 0; h < NH; h++) a0[h] = a1[h] = _mm256_setzero_ps();
-    for (int r = 0; r < t->rows; r++) {
-        const uint32_t *row = t->words + (size_t)r * wpr;
-        float sc = _cvtsh_ss(t->scales[r]), mn = _cvtsh_ss(t->mins[r]);
-        __m256 c0 = unpack(row, &s0, mask);
-        __m256 c1 = two ? unpack(row, &s1, mask) : _mm256_setzero_ps();
-        for (int h = 0; h < NH; h++) {
-            float wr = w[h * ldw + r];
-            __m256 ws = _mm256_set1_ps(wr * sc);
-            ms[h] += wr * mn;
-            a0[h] = _mm256_fmadd_ps(ws, c0, a0[h]);
-            a1[h] = _mm256_fmadd_ps(ws, c1, a1[h]);
+    float ws[4][ROWS];
+    for (int h = 0; h < NH; h++) a0[h] = a1[h] = msv[h] = _mm256_setzero_ps();
+    for (int r0 = 0; r0 < t->rows; r0 += ROWS) {
+        int nr = t->rows - r0 < ROWS ? t->rows - r0 : ROWS, i = 0;
+        for (; i + 8 <= nr; i += 8) {
+            __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t->scales + r0 + i)));
+            __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t->mins + r0 + i)));
+            for (int h = 0; h < NH; h++) {
+                __m256 wv = _mm256_loadu_ps(w + h * ldw + r0 + i);
+                _mm256_storeu_ps(ws[h] + i, _mm256_mul_ps(wv, sc));
+                msv[h] = _mm256_fmadd_ps(wv, mn, msv[h]);
+            }
+        }
+        for (; i < nr; i++) {
+            float sc = _cvtsh_ss(t->scales[r0 + i]), mn = _cvtsh_ss(t->mins[r0 + i]);
+            for (int h = 0; h < NH; h++) {
+                float wr = w[h * ldw + r0 + i];
+                ws[h][i] = wr * sc;
+                ms[h] += wr * mn;
+            }
+        }
+        const uint32_t *row = t->words + (size_t)r0 * wpr;
+        for (int r = 0; r < nr; r++, row += wpr) {
+            __m256 c0 = unpack(row, &s0, mask);
+            __m256 c1 = two ? unpack(row, &s1, mask) : _mm256_setzero_ps();
+            for (int h = 0; h < NH; h++) {
+                __m256 wr = _mm256_set1_ps(ws[h][r]);
+                a0[h] = _mm256_fmadd_ps(wr, c0, a0[h]);
+                a1[h] = _mm256_fmadd_ps(wr, c1, a1[h]);
+            }
         }
     }
     for (int h = 0; h < NH; h++) {
         float *o = out + h * ldo + j0;
-        __m256 m = _mm256_set1_ps(ms[h]);
+        float tmp[8];
+        _mm256_storeu_ps(tmp, msv[h]);
+        float msum = ms[h];
+        for (int l = 0; l < 8; l++) msum += tmp[l];
+        __m256 m = _mm256_set1_ps(msum);
         add_out(o, _mm256_add_ps(a0[h], m), s0.lanes);
         if (two) add_out(o + 8, _mm256_add_ps(a1[h], m), s1.lanes);
     }
