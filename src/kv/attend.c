@@ -24,7 +24,7 @@
 #include "base/threadpool.h"
 #include "kv/softmax.h"
 
-enum { TILE = 256, MAX_THREADS = 256, SERIAL_TOKENS = 2048 };
+enum { TILE = 256, MAX_THREADS = 256, SERIAL_TOKENS = 8192 };
 
 typedef struct item {
     int ci;        /* chunk index, -1 = hot window */
