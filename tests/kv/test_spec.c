@@ -93,11 +93,46 @@ static void test_print(void **state) {
     }
 }
 
+/* Stacks from the registry: every base+modifier pair a base lists parses (or
+ * fails only on a required parameter, naming the method); a modifier cannot
+ * come first unless it is also a base; a method not listed cannot follow '+'. */
+static void test_stacks(void **state) {
+    (void)state;
+    for (int i = 0; kvc_method_registry[i]; i++) {
+        const kvc_method *b = kvc_method_registry[i];
+        if (!(b->flags & KVC_METHOD_BASE)) {
+            bad(b->name, "can only follow '+'", b->name);
+            continue;
+        }
+        for (const char *const *m = b->stacks_with; m && *m; m++) {
+            char spec[128];
+            snprintf(spec, sizeof spec, "%s+%s", b->name, *m);
+            kvc_status st = kvc_method_validate(spec);
+            if (st != KVC_OK && (st != KVC_ERR_ARG || strstr(kvc_last_error(), "stack")))
+                fail_msg("%s: %s", spec, kvc_last_error());
+            const kvc_method *mm = kvc_method_find(*m);
+            assert_non_null(mm);
+            assert_true(mm->flags & KVC_METHOD_MODIFIER);
+        }
+        /* a method the base does not list */
+        for (int j = 0; kvc_method_registry[j]; j++) {
+            const kvc_method *o = kvc_method_registry[j];
+            int listed = 0;
+            for (const char *const *m = b->stacks_with; m && *m; m++) listed |= !strcmp(*m, o->name);
+            if (listed) continue;
+            char spec[128];
+            snprintf(spec, sizeof spec, "%s+%s", b->name, o->name);
+            if (kvc_method_validate(spec) == KVC_OK) fail_msg("%s accepted", spec);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_print),
+        cmocka_unit_test(test_stacks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
