@@ -101,6 +101,7 @@ typedef struct kvc_run {
     float *hb;       /* [max_batch][ffn_dim] gate, then silu(gate)*up */
     float *hb2;      /* [max_batch][ffn_dim] up */
     float *inv_freq; /* [rope_dim/2] rope angle per position */
+    float *rope_cs;  /* [max_batch][rope_dim/2][2] cos, sin of the chunk's positions (all layers) */
     float *tiles;    /* [n_threads][tile_rows * max(dim, ffn_dim, q_dim)] dequantised weight rows */
     int tile_rows, n_tiles_threads;
     size_t tile_stride; /* floats per thread in tiles */

@@ -12,15 +12,21 @@
  * quantised matmul, while kvcomp's prefill multiplies f32 activations by
  * dequantised f32 weights, and its decode uses its own q8 activations with a
  * different summation order. An 8-bit activation has a relative error of up to
- * 1/254 per element; over 30 layers these perturbations add up to logit
- * differences of a few tenths (measured on these fixtures: see the printed
- * numbers). The bounds below are about 2x the measured maxima, and small
- * next to the logits' spread (top logits ~15-25, top-1/top-2 gaps mostly > 1):
+ * 1/254 per element, and over 30 layers these perturbations add up: making
+ * kvcomp round its own activations to 8 bits as well (an experiment, not
+ * kept) grew its largest difference from llama.cpp on the chat prompt from
+ * 0.96 to 1.41, so differences of this size are rounding noise. Measured against llama.cpp on
+ * these fixtures (AVX-512 kernels): mean |Δlogit| over the top-64 0.12-0.26,
+ * max 1.15 (prefill) and 1.66 (decode), top-1 agreement 0.95-0.99, and every
+ * position whose reference top-1/top-2 gap exceeds 1 logit agrees. The bounds
+ * are about 1.5-2x the measured values and small next to the logits' spread
+ * (top logits ~15-25):
  *   max |Δlogit| over the reference's top-64 at every position  <= MAX_DLOGIT_TOP
  *   max |Δlogit| over the whole vocabulary at the full positions <= MAX_DLOGIT_FULL
  *   top-1 agreement over all positions                          >= MIN_TOP1
+ *   mean |Δlogit| over the reference's top-64                    <= MAX_MEAN_DLOGIT
  *   top-1 agreement where the reference's top-1/top-2 gap exceeds
- *   2 * MAX_DLOGIT_TOP (a disagreement there would be a real bug) == 100% */
+ *   SURE_GAP (a disagreement there would be a real bug)          == 100% */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
