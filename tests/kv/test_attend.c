@@ -19,6 +19,7 @@
 #include "base/threadpool.h"
 #include "kv/attend.h"
 #include "kv/codec/dense.h"
+#include "kv/prefill.h"
 
 enum { D = 48, DT = 40, G = 3, PAGE = 16 };
 
@@ -350,11 +351,72 @@ static void test_selection_is_top(void **state) {
     kvc_stream_free(w.s);
 }
 
+/* Chunked prefill over the same past (transforms, dead tokens, mixed codecs):
+ * query i attends to every live past token plus chunk tokens 0..i. */
+static void test_prefill_over_world(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    world w = {0};
+    build_world(&w);
+    int n = 150; /* not a multiple of the query tile */
+    float *q = malloc((size_t)n * G * D * 4), *k = malloc((size_t)n * D * 4), *v = malloc((size_t)n * D * 4);
+    float *out = malloc((size_t)n * G * D * 4), ref[G * D];
+    for (int i = 0; i < n * G * D; i++) q[i] = 2.0f * frand();
+    for (int i = 0; i < n * D; i++) k[i] = 2.0f * frand(), v[i] = frand();
+    kvc_prefill_ws *pw;
+    assert_int_equal(kvc_prefill_ws_create(&pw), KVC_OK);
+    /* two calls over a split of the query range, as the cache's tasks do */
+    assert_int_equal(kvc_prefill_attend(w.s, G, n, q, G * D, k, v, D, out, G * D, 0, 64, pw), KVC_OK);
+    assert_int_equal(kvc_prefill_attend(w.s, G, n, q, G * D, k, v, D, out, G * D, 64, n, pw), KVC_OK);
+    for (int i = 0; i < n; i += 7) {
+        /* reference: decode the past, append the chunk's rows 0..i, attend in double */
+        int past = w.s->hot->n;
+        for (int ci = 0; ci < w.s->n_chunks; ci++) past += w.s->chunks[ci]->n;
+        int tot = past + i + 1;
+        float *kk = malloc((size_t)tot * D * 4), *vv = malloc((size_t)tot * D * 4);
+        uint8_t *live = malloc((size_t)tot);
+        int off = 0;
+        for (int ci = 0; ci <= w.s->n_chunks; ci++) {
+            const kvc_chunk *c = ci < w.s->n_chunks ? w.s->chunks[ci] : w.s->hot;
+            assert_int_equal(kvc_chunk_decode(c, 0, c->n, kk + off * D, vv + off * D, D), KVC_OK);
+            for (int t = 0; t < c->n; t++) live[off + t] = !kvc_chunk_is_dead(c, t);
+            off += c->n;
+        }
+        memcpy(kk + off * D, k, (size_t)(i + 1) * D * 4);
+        memcpy(vv + off * D, v, (size_t)(i + 1) * D * 4);
+        memset(live + off, 1, (size_t)(i + 1));
+        for (int g = 0; g < G; g++) {
+            double m = -INFINITY, l = 0, o[D] = {0}, *sc = malloc((size_t)tot * 8);
+            for (int t = 0; t < tot; t++) {
+                if (!live[t]) continue;
+                double a = 0;
+                for (int j = 0; j < D; j++) a += (double)q[(i * G + g) * D + j] * kk[t * D + j];
+                sc[t] = a / sqrt((double)D);
+                if (sc[t] > m) m = sc[t];
+            }
+            for (int t = 0; t < tot; t++) {
+                if (!live[t]) continue;
+                double p = exp(sc[t] - m);
+                l += p;
+                for (int j = 0; j < D; j++) o[j] += p * vv[t * D + j];
+            }
+            for (int j = 0; j < D; j++) ref[g * D + j] = (float)(o[j] / l);
+            free(sc);
+        }
+        expect_close(out + (size_t)i * G * D, ref, G * D, "prefill over a compressed past", 0, 1);
+        free(kk); free(vv); free(live);
+    }
+    kvc_prefill_ws_free(pw);
+    free(q); free(k); free(v); free(out);
+    kvc_stream_free(w.s);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_tokens),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_selection_is_top),
+        cmocka_unit_test(test_prefill_over_world),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
