@@ -7,7 +7,8 @@
  *
  *   bench_matvec [-t threads] [-r reps] [-w q4_1|q8_0|...] [-c]
  *   -w: the layers' weight type (default q4_1); -c: time with the process CPU
- *   clock instead of the wall clock (meaningful with -t 1 on a shared machine)
+ *   clock instead of the wall clock (meaningful with -t 1 on a shared machine);
+ *   -p: instead, prefill-style products (kvc_matmul against dequant + sgemm)
  *
  * Prints one line per measurement: isa, case, type, shape, threads, MB, us, GB/s.
  * GB/s counts weight bytes only (the activation is a few KB). */
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <cblas.h>
 #include <immintrin.h>
 
 #include "base/threadpool.h"
@@ -176,8 +178,58 @@ static void bench_model(kvc_pool *pool, int threads, uint32_t type, int reps) {
         free(to);
 }
 
+/* Prefill-style products of m tokens through one matrix: kvc_matmul (int8,
+ * weights unpacked once per row) against dequantised 64-row tiles + sgemm, the
+ * way the forward pass did prefill (single-threaded BLAS per tile). */
+typedef struct sg_job {
+    uint32_t type;
+    const void *w;
+    int64_t rows, n, m;
+    const float *x;
+    float *y, *tiles;
+} sg_job;
+
+static void sg_task(void *ctx, int task, int thread) {
+    sg_job *j = ctx;
+    int64_t r0 = (int64_t)task * 64, nr = j->rows - r0 < 64 ? j->rows - r0 : 64;
+    float *t = j->tiles + (size_t)thread * 64 * j->n;
+    kvc_dequant_rows(j->type, j->w, r0, nr, j->n, t);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)j->m, (int)nr, (int)j->n, 1.0f, j->x,
+                (int)j->n, t, (int)j->n, 0.0f, j->y + r0, (int)j->rows);
+}
+
+static void bench_matmul(kvc_pool *pool, int threads, uint32_t type, int64_t rows, int64_t n,
+                         int64_t m, int reps) {
+    void *w = make_matrix(type, rows, n);
+    float *x = malloc(m * n * sizeof(float)), *y = malloc(m * rows * sizeof(float));
+    float *tiles = malloc((size_t)threads * 64 * n * sizeof(float));
+    for (int64_t i = 0; i < m * n; i++)
+        x[i] = rnd();
+    double *tq = malloc(reps * sizeof(double)), *ts = malloc(reps * sizeof(double));
+    kvc_matmul_op op = {type, w, rows, y, rows};
+    sg_job j = {type, w, rows, n, m, x, y, tiles};
+    for (int rep = -2; rep < reps; rep++) {
+        double t0 = now();
+        if (kvc_matmul(pool, &op, 1, n, x, n, m) != KVC_OK) exit(1);
+        double t1 = now();
+        kvc_pool_run(pool, (int)((rows + 63) / 64), sg_task, &j);
+        double t2 = now();
+        if (rep >= 0) tq[rep] = t1 - t0, ts[rep] = t2 - t1;
+    }
+    qsort(tq, reps, sizeof(double), cmp_d);
+    qsort(ts, reps, sizeof(double), cmp_d);
+    double flop = 2.0 * rows * n * m;
+    printf(
+        "%-7s matmul  %-5s %6lldx%-5lld m=%-4lld t=%d  int8 %8.1f us %6.1f GOP/s | dequant+sgemm "
+        "%8.1f us %6.1f GFLOP/s\n",
+        kvc_isa_name(kvc_active_isa()), kvc_wtype_ref(type)->name, (long long)rows, (long long)n,
+        (long long)m, threads, tq[reps / 2] * 1e6, flop / tq[reps / 2] / 1e9, ts[reps / 2] * 1e6,
+        flop / ts[reps / 2] / 1e9);
+    free(w), free(x), free(y), free(tiles), free(tq), free(ts);
+}
+
 int main(int argc, char **argv) {
-    int threads = 0, reps = 50;
+    int threads = 0, reps = 50, matmul_only = 0;
     uint32_t layer_type = KVC_WT_Q4_1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc)
@@ -186,6 +238,8 @@ int main(int argc, char **argv) {
             reps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-c"))
             use_cpu_clock = 1;
+        else if (!strcmp(argv[i], "-p"))
+            matmul_only = 1;
         else if (!strcmp(argv[i], "-w") && i + 1 < argc) {
             const char *name = argv[++i];
             int found = 0;
@@ -195,7 +249,8 @@ int main(int argc, char **argv) {
             }
             if (!found) return fprintf(stderr, "unknown weight type %s\n", name), 2;
         } else {
-            fprintf(stderr, "usage: %s [-t threads] [-r reps] [-w layer_type] [-c]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-t threads] [-r reps] [-w layer_type] [-c] [-p]\n",
+                    argv[0]);
             return 2;
         }
     }
@@ -204,6 +259,17 @@ int main(int argc, char **argv) {
     if (kvc_pool_create(threads, &pool) != KVC_OK) return 1;
     threads = kvc_pool_threads(pool);
     if (use_cpu_clock && threads > 1) return fprintf(stderr, "-c needs -t 1\n"), 2;
+    openblas_set_num_threads(1);
+    if (matmul_only) {
+        const uint32_t mt[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q6_K};
+        for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++)
+            for (int64_t m = 8; m <= 512; m *= 4) {
+                int64_t n = mt[i] == KVC_WT_Q6_K ? 768 : 576;
+                bench_matmul(pool, threads, mt[i], FFN, n, m, reps < 5 ? reps : 5);
+            }
+        kvc_pool_free(pool);
+        return 0;
+    }
     const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q4_0, KVC_WT_Q4_K, KVC_WT_Q5_K,
                               KVC_WT_Q6_K, KVC_WT_F16,  KVC_WT_BF16, KVC_WT_F32};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {

@@ -42,6 +42,11 @@ typedef struct kvc_wtype {
      * loads across rows. */
     void (*dot_rows)(const void *w, size_t stride, int64_t nrows, const void *act, int64_t n,
                      float *y);
+    /* optional (NULL: kvc_matmul loops over tokens): y[i*ldy + r] = dot(row r, activation i)
+     * for r < nrows, i < m; activation i at (const char *)acts + i*act_stride. Unpacks each
+     * weight row once for all m activations; bit-identical to dot_rows per token. */
+    void (*dot_batch)(const void *w, size_t stride, int64_t nrows, const void *acts,
+                      size_t act_stride, int64_t m, int64_t n, float *y, int64_t ldy);
 } kvc_wtype;
 
 /* The traits table after kernel registration for the active ISA. NULL for an
@@ -97,5 +102,20 @@ typedef struct kvc_matvec_op {
 } kvc_matvec_op;
 void kvc_matvec_multi(struct kvc_pool *pool, const kvc_matvec_op *ops, int n_ops, int64_t n,
                       const float *x);
+
+/* A batch of m activations through the same weights (prefill chunks without
+ * dequantising; the quantised activations of llama.cpp's CPU matmul):
+ * op.y[i*op.ldy + r] = dot(row r of op.w, x + i*ldx) for i < m, r < op.rows.
+ * Per token and row the result is bit-identical to kvc_matvec. Allocates the
+ * m prepared activations: KVC_ERR_NOMEM when that fails. */
+typedef struct kvc_matmul_op {
+    uint32_t type;
+    const void *w;  /* rows x n, row-major */
+    int64_t rows;
+    float *y;       /* [m][ldy], columns [0, rows) written */
+    int64_t ldy;
+} kvc_matmul_op;
+kvc_status kvc_matmul(struct kvc_pool *pool, const kvc_matmul_op *ops, int n_ops, int64_t n,
+                      const float *x, int64_t ldx, int64_t m);
 
 #endif

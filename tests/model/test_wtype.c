@@ -624,6 +624,95 @@ static void test_matvec_long_rows(void **state) {
     free(x), free(src), free(wf);
 }
 
+/* kvc_matmul: every (token, row) bit-identical to kvc_matvec of that token. */
+static void test_matmul(void **state) {
+    (void)state;
+    const int64_t ms[] = {1, 2, 3, 5, 64};
+    const int64_t shapes[][2] = {{37, 576}, {6, 1536}, {130, 768}, {1, 256}};
+    kvc_pool *pools[2];
+    assert_int_equal(kvc_pool_create(1, &pools[0]), KVC_OK);
+    assert_int_equal(kvc_pool_create(2, &pools[1]), KVC_OK);
+    for (size_t ti = 0; ti < N_TYPES; ti++) {
+        uint32_t type = all_types[ti];
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            const int64_t rows = shapes[s][0], n = shapes[s][1];
+            const size_t rb = kvc_wtype_row_bytes(type, n);
+            if (!rb) continue;
+            const int64_t ldx = n + 3, ldy = rows + 5, mmax = 64;
+            uint8_t *w = malloc(rb * rows);
+            float *src = malloc(n * sizeof(float)), *x = malloc(mmax * ldx * sizeof(float));
+            float *y = malloc(mmax * ldy * sizeof(float)), *yv = malloc(rows * sizeof(float));
+            assert_true(w && src && x && y && yv);
+            for (int64_t r = 0; r < rows; r++)
+                make_weights(r % 3 == 2 ? W_RAW : W_RANDOM, type, n, src, w + r * rb);
+            for (int64_t i = 0; i < mmax; i++)
+                make_act(i % N_XPAT, n, x + i * ldx);
+            for (size_t mi = 0; mi < sizeof ms / sizeof ms[0]; mi++) {
+                const int64_t m = ms[mi];
+                kvc_pool *pool = pools[mi % 2];
+                for (int64_t i = 0; i < m * ldy; i++)
+                    y[i] = -12345.0f;
+                kvc_matmul_op op = {.type = type, .w = w, .rows = rows, .y = y, .ldy = ldy};
+                assert_int_equal(kvc_matmul(pool, &op, 1, n, x, ldx, m), KVC_OK);
+                for (int64_t i = 0; i < m; i++) {
+                    kvc_matvec(NULL, type, w, rows, n, x + i * ldx, yv);
+                    if (memcmp(yv, y + i * ldy, rows * sizeof(float)) != 0)
+                        fail_msg("%s %lldx%lld m=%lld: token %lld differs from matvec",
+                                 kvc_wtype_ref(type)->name, (long long)rows, (long long)n,
+                                 (long long)m, (long long)i);
+                    for (int64_t r = rows; r < ldy; r++)
+                        assert_true(y[i * ldy + r] == -12345.0f);
+                }
+            }
+            free(w), free(src), free(x), free(y), free(yv);
+        }
+    }
+    kvc_pool_free(pools[0]);
+    kvc_pool_free(pools[1]);
+}
+
+/* Several ops in one call, and rows longer than the column piece. */
+static void test_matmul_multi_long(void **state) {
+    (void)state;
+    const uint32_t types[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q6_K, KVC_WT_F16};
+    const int64_t rows[] = {9, 5, 4, 7};
+    enum { NOPS = 4 };
+    const int64_t n = 16384 + 512, m = 3;
+    float *x = malloc(m * n * sizeof(float)), *src = malloc(n * sizeof(float)),
+          *yv = malloc(16 * sizeof(float));
+    assert_true(x && src && yv);
+    for (int64_t i = 0; i < m; i++)
+        make_act(X_RANDOM, n, x + i * n);
+    kvc_matmul_op ops[NOPS];
+    for (int o = 0; o < NOPS; o++) {
+        size_t rb = kvc_wtype_row_bytes(types[o], n);
+        uint8_t *w = malloc(rb * rows[o]);
+        assert_non_null(w);
+        for (int64_t r = 0; r < rows[o]; r++)
+            make_weights(W_RANDOM, types[o], n, src, w + r * rb);
+        ops[o] =
+            (kvc_matmul_op){types[o], w, rows[o], malloc(m * rows[o] * sizeof(float)), rows[o]};
+        assert_non_null(ops[o].y);
+    }
+    kvc_pool *pool;
+    assert_int_equal(kvc_pool_create(2, &pool), KVC_OK);
+    assert_int_equal(kvc_matmul(pool, ops, NOPS, n, x, n, m), KVC_OK);
+    for (int o = 0; o < NOPS; o++) {
+        for (int64_t i = 0; i < m; i++) {
+            kvc_matvec(NULL, types[o], ops[o].w, rows[o], n, x + i * n, yv);
+            assert_memory_equal(yv, ops[o].y + i * rows[o], rows[o] * sizeof(float));
+        }
+        free((void *)ops[o].w), free(ops[o].y);
+    }
+    /* bad calls are errors, not crashes */
+    kvc_matmul_op bad = {KVC_WT_Q4_K, ops[0].w, 1, yv, 1};
+    assert_int_equal(kvc_matmul(pool, &bad, 1, 576, x, 576, 1), KVC_ERR_ARG);
+    bad.type = 6; /* q5_0: known, no kernels */
+    assert_int_equal(kvc_matmul(pool, &bad, 1, 576, x, 576, 1), KVC_ERR_ARG);
+    kvc_pool_free(pool);
+    free(x), free(src), free(yv);
+}
+
 static void test_dequant_rows(void **state) {
     (void)state;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -663,6 +752,8 @@ int main(void) {
         cmocka_unit_test(test_matvec_multi),
         cmocka_unit_test(test_matvec_long_rows),
         cmocka_unit_test(test_dequant_rows),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_multi_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -133,6 +133,132 @@ static void dot_rows_q4_1_q8_0_avx512(const void *w, size_t stride, int64_t nrow
         q4_1_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
 }
 
+/* ---- batches (kvc_matmul): four rows unpacked once, then two tokens at a time ---- */
+
+/* Four rows of weights unpacked for all tokens: per (chunk of 4 blocks, row) the
+ * low and high nibbles as bytes, per (group of 16 blocks, row) d and m as f32.
+ * Rows past the matrix are zero. */
+typedef struct q4_1_unpacked {
+    uint8_t (*nib)[4][2][64]; /* [chunk][row][lo, hi] */
+    float (*dm)[4][2][16];    /* [group][row][d, m] */
+} q4_1_unpacked;
+
+static void q4_1_unpack4(const uint8_t *w, size_t stride, int rows, int64_t nb, q4_1_unpacked u) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+        const int gl = nb - g0 < 16 ? (int)(nb - g0) : 16;
+        for (int r = 0; r < 4; r++) {
+            __m512 d = _mm512_setzero_ps(), m = d;
+            if (r < rows) {
+                __m512i dm = load_dm16((const kvc_blk_q4_1 *)(w + (size_t)r * stride) + g0, gl);
+                d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+                m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)));
+            }
+            _mm512_storeu_ps(u.dm[g0 / 16][r][0], d);
+            _mm512_storeu_ps(u.dm[g0 / 16][r][1], m);
+        }
+        for (int c = 0; c < gl; c += 4) {
+            const int v = gl - c < 4 ? gl - c : 4;
+            for (int r = 0; r < 4; r++) {
+                __m512i wq = _mm512_setzero_si512();
+                if (r < rows) {
+                    const kvc_blk_q4_1 *b = (const kvc_blk_q4_1 *)(w + (size_t)r * stride) + g0 + c;
+                    wq = v == 4 ? load_qs4(b) : load_qs_partial(b, v);
+                }
+                uint8_t(*dst)[64] = u.nib[(g0 + c) / 4][r];
+                _mm512_storeu_si512(dst[0], _mm512_and_si512(wq, m4));
+                _mm512_storeu_si512(dst[1], _mm512_and_si512(_mm512_srli_epi16(wq, 4), m4));
+            }
+        }
+    }
+}
+
+/* y[t*ldy + r] for r < rows (<= 4) and the tokens t0, t1 (t1 may repeat t0; then
+ * only t0 is stored). The operations per (row, token) are those of q4_1_rows. */
+static void q4_1_batch_tokens(q4_1_unpacked u, int rows, int64_t nb, int64_t n, const uint8_t *act0,
+                              const uint8_t *act1, int store1, float *y0, float *y1) {
+    const __m512i idx_lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
+    const __m512i idx_hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
+    const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const uint8_t *act[2] = {act0, act1};
+    __m512 acc[4][2], accm[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        acc[r][0] = acc[r][1] = accm[r][0] = accm[r][1] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < nb; g0 += 16) {
+        const int gl = nb - g0 < 16 ? (int)(nb - g0) : 16;
+        const __mmask16 gm = kvc_mask16(gl);
+        __m512 da16[2];
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++) {
+            da16[k] = _mm512_maskz_loadu_ps(gm, kvc_act_q8_0_d(act[k], n) + g0);
+            __m512 sa16 = _mm512_maskz_loadu_ps(gm, kvc_act_q8_0_s(act[k], n) + g0);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+                accm[r][k] =
+                    _mm512_fmadd_ps(_mm512_loadu_ps(u.dm[g0 / 16][r][1]), sa16, accm[r][k]);
+        }
+        for (int c = 0; c < gl; c += 4) {
+            const int v = gl - c < 4 ? gl - c : 4;
+            const __m512i sidx = _mm512_add_epi32(sidx0, _mm512_set1_epi32(c));
+            __m512i alo[2], ahi[2];
+            __m512 da4[2];
+#pragma GCC unroll 2
+            for (int k = 0; k < 2; k++) {
+                const int8_t *a = kvc_act_q(act[k]) + (g0 + c) * KVC_QK;
+                __m512i z0, z1;
+                if (v == 4) {
+                    z0 = _mm512_loadu_si512(a);
+                    z1 = _mm512_loadu_si512(a + 64);
+                } else {
+                    z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
+                    z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
+                }
+                alo[k] = _mm512_permutex2var_epi64(z0, idx_lo, z1);
+                ahi[k] = _mm512_permutex2var_epi64(z0, idx_hi, z1);
+                da4[k] = _mm512_permutexvar_ps(sidx, da16[k]);
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const uint8_t(*nib)[64] = u.nib[(g0 + c) / 4][r];
+                const __m512i lo = _mm512_loadu_si512(nib[0]), hi = _mm512_loadu_si512(nib[1]);
+                const __m512 d4 = _mm512_permutexvar_ps(sidx, _mm512_loadu_ps(u.dm[g0 / 16][r][0]));
+#pragma GCC unroll 2
+                for (int k = 0; k < 2; k++) {
+                    __m512i p = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, alo[k]);
+                    p = _mm512_dpbusd_epi32(p, hi, ahi[k]);
+                    acc[r][k] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(d4, da4[k]),
+                                                acc[r][k]);
+                }
+            }
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        y0[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][0], accm[r][0]));
+        if (store1) y1[r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][1], accm[r][1]));
+    }
+}
+
+static void dot_batch_q4_1_q8_0_avx512(const void *w, size_t stride, int64_t nrows,
+                                       const void *acts, size_t act_stride, int64_t m, int64_t n,
+                                       float *y, int64_t ldy) {
+    const int64_t nb = n / KVC_QK, nchunks = (nb + 3) / 4, ngroups = (nb + 15) / 16;
+    _Alignas(64) uint8_t nib[nchunks][4][2][64];
+    _Alignas(64) float dm[ngroups][4][2][16];
+    const q4_1_unpacked u = {nib, dm};
+    const uint8_t *a = acts;
+    for (int64_t r0 = 0; r0 < nrows; r0 += 4) {
+        const int rows = nrows - r0 < 4 ? (int)(nrows - r0) : 4;
+        q4_1_unpack4((const uint8_t *)w + (size_t)r0 * stride, stride, rows, nb, u);
+        for (int64_t t = 0; t < m; t += 2) {
+            const int64_t t1 = t + 1 < m ? t + 1 : t;
+            q4_1_batch_tokens(u, rows, nb, n, a + (size_t)t * act_stride,
+                              a + (size_t)t1 * act_stride, t1 != t, y + t * ldy + r0,
+                              y + t1 * ldy + r0);
+        }
+    }
+}
+
 static void dequant_q4_1_avx512(const void *x, float *y, int64_t n) {
     const kvc_blk_q4_1 *b = x;
     for (int64_t i = 0; i < n / KVC_QK; i++) {
@@ -150,5 +276,6 @@ static void dequant_q4_1_avx512(const void *x, float *y, int64_t n) {
 void kvc_wt_register_q4_1_avx512(kvc_wtype *table) {
     table[KVC_WT_Q4_1].dot = dot_q4_1_q8_0_avx512;
     table[KVC_WT_Q4_1].dot_rows = dot_rows_q4_1_q8_0_avx512;
+    table[KVC_WT_Q4_1].dot_batch = dot_batch_q4_1_q8_0_avx512;
     table[KVC_WT_Q4_1].dequant = dequant_q4_1_avx512;
 }
