@@ -50,8 +50,6 @@ KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int
     const float *da = kvc_act_q8_0_d(act, n), *sa = kvc_act_q8_0_s(act, n);
     const int64_t nb = n / KVC_QK;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i idx_lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
-    const __m512i idx_hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     __m512 acc[4], accm[4], S[4];
 #pragma GCC unroll 4
@@ -81,8 +79,8 @@ KVC_AINLINE void q4_0_rows(const uint8_t *w, size_t stride, const void *act, int
                 z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
                 z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
             }
-            const __m512i alo = _mm512_permutex2var_epi64(z0, idx_lo, z1);
-            const __m512i ahi = _mm512_permutex2var_epi64(z0, idx_hi, z1);
+            const __m512i alo = _mm512_shuffle_i64x2(z0, z1, 0x88);
+            const __m512i ahi = _mm512_shuffle_i64x2(z0, z1, 0xdd);
             const __m512i sidx = _mm512_add_epi32(sidx0, _mm512_set1_epi32(c));
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {

@@ -2,7 +2,7 @@
  * rows with a Q8_0-prepared activation. Four blocks per step: their 16-byte
  * nibble arrays fill one zmm (one block per 128-bit lane); low and high
  * nibbles meet the activation bytes of elements 0..15 and 16..31 of each
- * block (regrouped once per step with two qword permutes) in two vpdpbusd,
+ * block (regrouped once per step with two 128-bit lane shuffles) in two vpdpbusd,
  * so every 128-bit lane holds one block's integer partial sums; one
  * convert-and-FMA applies the per-block scale d_w*d_a. Scales and offsets of
  * 16 blocks come from masked loads and three dword permutes (a gather was
@@ -57,8 +57,6 @@ KVC_AINLINE void q4_1_rows(const uint8_t *w, size_t stride, const void *act, int
     const float *da = kvc_act_q8_0_d(act, n), *sa = kvc_act_q8_0_s(act, n);
     const int64_t nb = n / KVC_QK;
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i idx_lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
-    const __m512i idx_hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     __m512 acc[4], accm[4], S[4];
 #pragma GCC unroll 4
@@ -90,8 +88,8 @@ KVC_AINLINE void q4_1_rows(const uint8_t *w, size_t stride, const void *act, int
                 z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
                 z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
             }
-            const __m512i alo = _mm512_permutex2var_epi64(z0, idx_lo, z1);
-            const __m512i ahi = _mm512_permutex2var_epi64(z0, idx_hi, z1);
+            const __m512i alo = _mm512_shuffle_i64x2(z0, z1, 0x88);
+            const __m512i ahi = _mm512_shuffle_i64x2(z0, z1, 0xdd);
             const __m512i sidx = _mm512_add_epi32(sidx0, _mm512_set1_epi32(c));
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
@@ -177,8 +175,6 @@ static void q4_1_unpack4(const uint8_t *w, size_t stride, int rows, int64_t nb, 
  * only t0 is stored). The operations per (row, token) are those of q4_1_rows. */
 static void q4_1_batch_tokens(q4_1_unpacked u, int rows, int64_t nb, int64_t n, const uint8_t *act0,
                               const uint8_t *act1, int store1, float *y0, float *y1) {
-    const __m512i idx_lo = _mm512_setr_epi64(0, 1, 4, 5, 8, 9, 12, 13);
-    const __m512i idx_hi = _mm512_setr_epi64(2, 3, 6, 7, 10, 11, 14, 15);
     const __m512i sidx0 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const uint8_t *act[2] = {act0, act1};
     __m512 acc[4][2], accm[4][2];
@@ -214,8 +210,8 @@ static void q4_1_batch_tokens(q4_1_unpacked u, int rows, int64_t nb, int64_t n, 
                     z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
                     z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
                 }
-                alo[k] = _mm512_permutex2var_epi64(z0, idx_lo, z1);
-                ahi[k] = _mm512_permutex2var_epi64(z0, idx_hi, z1);
+                alo[k] = _mm512_shuffle_i64x2(z0, z1, 0x88);
+                ahi[k] = _mm512_shuffle_i64x2(z0, z1, 0xdd);
                 da4[k] = _mm512_permutexvar_ps(sidx, da16[k]);
             }
 #pragma GCC unroll 4
