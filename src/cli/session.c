@@ -14,6 +14,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static int fail(const kvc_session *s, const char *what) {
     fprintf(stderr, "kvcomp %s: %s: %s\n", s->cmd, what, kvc_last_error());
     return 1;
@@ -117,9 +123,10 @@ int kvc_session_feed(kvc_session *s, const int32_t *toks, int n) {
                     s->cmd, n, pos, s->n_ctx);
         return 1;
     }
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     if (kvc_ctx_prefill(s->ctx, toks, n, s->logits) != KVC_OK) return fail(s, "prefill failed");
     s->prefill_s += now_s() - t0;
+    s->prefill_cpu_s += cpu_s() - c0;
     s->n_prefill += n;
     s->have_logits = 1;
     if (push_hist(s, toks, n) != 0) {
@@ -166,9 +173,10 @@ int kvc_session_generate(kvc_session *s, int n_predict, FILE *out, char **text) 
             s->have_logits = 0;
             break;
         }
-        double t0 = now_s();
+        double t0 = now_s(), c0 = cpu_s();
         if (kvc_ctx_decode(s->ctx, tok, s->logits) != KVC_OK) return fail(s, "decode failed");
         s->decode_s += now_s() - t0;
+        s->decode_cpu_s += cpu_s() - c0;
         s->n_decode++;
         if (push_hist(s, &tok, 1) != 0) return 1;
     }
@@ -210,6 +218,10 @@ void kvc_session_summary_json(const kvc_session *s, void *jv) {
     kvc_json_int(j, s->n_decode);
     kvc_json_key(j, "decode_tok_s");
     kvc_json_num(j, rate(s->n_decode, s->decode_s));
+    kvc_json_key(j, "prompt_tok_per_cpu_s");
+    kvc_json_num(j, rate(s->n_prefill, s->prefill_cpu_s));
+    kvc_json_key(j, "decode_tok_per_cpu_s");
+    kvc_json_num(j, rate(s->n_decode, s->decode_cpu_s));
     kvc_json_key(j, "kv_tokens");
     kvc_json_uint(j, cs.tokens);
     kvc_json_key(j, "kv_bytes");

@@ -25,7 +25,8 @@ typedef struct kvc_session {
     int32_t *hist;
     int n_hist, cap_hist;
     /* totals for the summary */
-    double prefill_s, decode_s;
+    double prefill_s, decode_s;         /* wall clock */
+    double prefill_cpu_s, decode_cpu_s; /* process CPU time (all threads) */
     int n_prefill, n_decode, n_gen;
 } kvc_session;
 
