@@ -46,51 +46,62 @@ static inline __m512 reduce16(__m512 a[16]) {
                          _mm512_shuffle_ps(u, w, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
+/* Scores of heads g0 .. g0+GB-1 (GB = 3 or 4, a compile-time constant after
+ * inlining; ng <= GB of them real) for all n tokens. */
+static inline __attribute__((always_inline)) void qk_heads(elem_t t, const char *xb, size_t row, int n, int d,
+                                                           const float *q, int g0, int ng, int ldq, float *s,
+                                                           int lds, const int GB) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) {
+        /* software prefetch PF_AHEAD bytes ahead: the rows stream from memory */
+        if (g0 == 0)
+            for (size_t b = 0; b < 4 * row; b += 64) _mm_prefetch(xb + (size_t)i * row + PF_AHEAD + b, _MM_HINT_T0);
+        __m512 acc[16];
+        #pragma GCC unroll 16
+        for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
+        for (int j = 0; j < d; j += 16) {
+            __mmask16 m = tail_mask(d - j);
+            __m512 kv[4], qv[4];
+            #pragma GCC unroll 16
+            for (int tt = 0; tt < 4; tt++) kv[tt] = load16(t, xb + (size_t)(i + tt) * row + (size_t)j * esize(t), m);
+            #pragma GCC unroll 16
+            for (int g = 0; g < GB; g++)
+                qv[g] = g < ng ? _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j) : _mm512_setzero_ps();
+            #pragma GCC unroll 16
+            for (int tt = 0; tt < 4; tt++)
+                #pragma GCC unroll 16
+                for (int g = 0; g < GB; g++) acc[tt * 4 + g] = _mm512_fmadd_ps(kv[tt], qv[g], acc[tt * 4 + g]);
+        }
+        float r[16];
+        _mm512_storeu_ps(r, reduce16(acc));
+        #pragma GCC unroll 16
+        for (int g = 0; g < ng; g++) memcpy(s + (size_t)(g0 + g) * lds + i, r + 4 * g, 16);
+    }
+    for (; i < n; i++) {
+        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        for (int j = 0; j < d; j += 16) {
+            __mmask16 m = tail_mask(d - j);
+            __m512 kv = load16(t, xb + (size_t)i * row + (size_t)j * esize(t), m);
+            #pragma GCC unroll 16
+            for (int g = 0; g < ng; g++)
+                acc[g] = _mm512_fmadd_ps(kv, _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j), acc[g]);
+        }
+        #pragma GCC unroll 16
+        for (int g = 0; g < ng; g++) s[(size_t)(g0 + g) * lds + i] = _mm512_reduce_add_ps(acc[g]);
+    }
+}
+
+/* Heads in blocks of 4 (4 tokens x 4 heads in registers), or of 3 when G is a
+ * multiple of 3 and not of 4 (GQA groups of 3: no idle fourth head). */
 static inline void qk_dense(elem_t t, const void *x, int n, int d, const float *q, int G, int ldq,
                             float *s, int lds) {
     const char *xb = x;
     size_t row = (size_t)d * esize(t);
-    for (int g0 = 0; g0 < G; g0 += 4) {
-        int ng = G - g0 < 4 ? G - g0 : 4;
-        int i = 0;
-        for (; i + 4 <= n; i += 4) {
-            /* software prefetch PF_AHEAD bytes ahead: the rows stream from memory */
-            if (g0 == 0)
-                for (size_t b = 0; b < 4 * row; b += 64) _mm_prefetch(xb + (size_t)i * row + PF_AHEAD + b, _MM_HINT_T0);
-            __m512 acc[16];
-            #pragma GCC unroll 16
-            for (int k = 0; k < 16; k++) acc[k] = _mm512_setzero_ps();
-            for (int j = 0; j < d; j += 16) {
-                __mmask16 m = tail_mask(d - j);
-                __m512 kv[4], qv[4];
-                #pragma GCC unroll 16
-                for (int tt = 0; tt < 4; tt++) kv[tt] = load16(t, xb + (size_t)(i + tt) * row + (size_t)j * esize(t), m);
-                #pragma GCC unroll 16
-                for (int g = 0; g < 4; g++)
-                    qv[g] = g < ng ? _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j) : _mm512_setzero_ps();
-                #pragma GCC unroll 16
-                for (int tt = 0; tt < 4; tt++)
-                    #pragma GCC unroll 16
-                    for (int g = 0; g < 4; g++) acc[tt * 4 + g] = _mm512_fmadd_ps(kv[tt], qv[g], acc[tt * 4 + g]);
-            }
-            float r[16];
-            _mm512_storeu_ps(r, reduce16(acc));
-            #pragma GCC unroll 16
-            for (int g = 0; g < ng; g++) memcpy(s + (size_t)(g0 + g) * lds + i, r + 4 * g, 16);
-        }
-        for (; i < n; i++) {
-            __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (int j = 0; j < d; j += 16) {
-                __mmask16 m = tail_mask(d - j);
-                __m512 kv = load16(t, xb + (size_t)i * row + (size_t)j * esize(t), m);
-                #pragma GCC unroll 16
-                for (int g = 0; g < ng; g++)
-                    acc[g] = _mm512_fmadd_ps(kv, _mm512_maskz_loadu_ps(m, q + (size_t)(g0 + g) * ldq + j), acc[g]);
-            }
-            #pragma GCC unroll 16
-            for (int g = 0; g < ng; g++) s[(size_t)(g0 + g) * lds + i] = _mm512_reduce_add_ps(acc[g]);
-        }
+    if (G % 4 != 0 && G % 3 == 0) {
+        for (int g0 = 0; g0 < G; g0 += 3) qk_heads(t, xb, row, n, d, q, g0, 3, ldq, s, lds, 3);
+        return;
     }
+    for (int g0 = 0; g0 < G; g0 += 4) qk_heads(t, xb, row, n, d, q, g0, G - g0 < 4 ? G - g0 : 4, ldq, s, lds, 4);
 }
 
 static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *p, int G, int ldp,
