@@ -38,6 +38,7 @@
 
 #include "base/f16.h"
 #include "base/threadpool.h"
+#include "gguf/gguf.h"
 #include "model/wtype.h"
 
 static const uint32_t all_types[] = {KVC_WT_F32,  KVC_WT_F16,  KVC_WT_BF16,
@@ -713,6 +714,49 @@ static void test_matmul_multi_long(void **state) {
     free(x), free(src), free(yv);
 }
 
+/* The default model's own tensors (quantised by llama.cpp): matvec against the
+ * f32 dot of the dequantised rows, within the budget. Skipped without the model. */
+static void test_real_model(void **state) {
+    (void)state;
+    kvc_gguf *g = NULL;
+    if (kvc_gguf_open(KVC_MODEL_PATH, &g) != KVC_OK) {
+        printf("(no model at %s: skipped)\n", KVC_MODEL_PATH);
+        return;
+    }
+    const char *names[] = {"blk.0.attn_q.weight", "blk.0.ffn_down.weight", "blk.29.ffn_up.weight",
+                           "token_embd.weight"};
+    kvc_pool *pool;
+    assert_int_equal(kvc_pool_create(2, &pool), KVC_OK);
+    int checked = 0;
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        const kvc_gguf_tensor *t = kvc_gguf_tensor_find(g, names[k]);
+        if (!t || !kvc_wtype_get(t->type) || !kvc_wtype_get(t->type)->supported) continue;
+        const int64_t n = (int64_t)t->ne[0],
+                      rows = (int64_t)t->ne[1] < 300 ? (int64_t)t->ne[1] : 300;
+        const size_t rb = kvc_wtype_row_bytes(t->type, n);
+        assert_true(rb > 0 && rb * rows <= t->n_bytes);
+        float *x = malloc(n * sizeof(float)), *y = malloc(rows * sizeof(float)),
+              *wf = malloc(n * sizeof(float));
+        assert_true(x && y && wf);
+        make_act(X_RANDOM, n, x);
+        kvc_matvec(pool, t->type, t->data, rows, n, x, y);
+        for (int64_t r = 0; r < rows; r++) {
+            const uint8_t *w = (const uint8_t *)t->data + r * rb;
+            kvc_wtype_ref(t->type)->dequant(w, wf, n);
+            budget b = make_budget(t->type, w, n, wf, x);
+            double df = dot_f64(wf, x, n);
+            if (!(fabs(y[r] - df) <= b.aq + 2 * b.k * U * b.m))
+                fail_msg("%s row %lld: matvec %.9g vs f32 dot %.9g", names[k], (long long)r, y[r],
+                         df);
+        }
+        free(x), free(y), free(wf);
+        checked++;
+    }
+    assert_int_equal(checked, 4);
+    kvc_pool_free(pool);
+    kvc_gguf_close(g);
+}
+
 static void test_dequant_rows(void **state) {
     (void)state;
     for (size_t ti = 0; ti < N_TYPES; ti++) {
@@ -753,6 +797,7 @@ int main(void) {
         cmocka_unit_test(test_matvec_long_rows),
         cmocka_unit_test(test_dequant_rows),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_real_model),
         cmocka_unit_test(test_matmul_multi_long),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
