@@ -56,7 +56,9 @@ __attribute__((target("avx512f"))) static uint64_t sum_avx512(const char *p, siz
         d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
     }
     a = _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d));
-    return (uint64_t)_mm512_reduce_add_epi64(a);
+    uint64_t t[8]; /* not _mm512_reduce_add_epi64: its signed adds may overflow (UB) */
+    _mm512_storeu_si512(t, a);
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
 
 typedef struct bw_job {
