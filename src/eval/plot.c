@@ -42,6 +42,9 @@ kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_p
     fputs(" noenhanced\nset grid\nset key off\nset offsets graph 0.08, graph 0.2, graph 0.1, "
           "graph 0.1\n", g);
     if (plot->log_y) fputs("set logscale y\n", g);
+    int nonneg = 1; /* quality numbers are >= 0: start the axis at 0 */
+    for (int i = 0; i < n; i++) nonneg &= !(pts[i].y < 0);
+    if (nonneg && !plot->log_y) fputs("set yrange [0:*]\n", g);
     fputs("$data << EOD\n", g);
     int kept = 0;
     for (int i = 0; i < n; i++) {
