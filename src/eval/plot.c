@@ -39,12 +39,13 @@ kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_p
     put_quoted(g, plot->xlabel ? plot->xlabel : "");
     fputs(" noenhanced\nset ylabel ", g);
     put_quoted(g, plot->ylabel ? plot->ylabel : "");
-    fputs(" noenhanced\nset grid\nset key off\nset offsets graph 0.08, graph 0.2, graph 0.1, "
-          "graph 0.1\n", g);
+    fputs(" noenhanced\nset grid\nset key off\n", g);
     if (plot->log_y) fputs("set logscale y\n", g);
     int nonneg = 1; /* quality numbers are >= 0: start the axis at 0 */
     for (int i = 0; i < n; i++) nonneg &= !(pts[i].y < 0);
     if (nonneg && !plot->log_y) fputs("set yrange [0:*]\n", g);
+    fprintf(g, "set offsets graph 0.08, graph 0.2, graph 0.1, graph %s\n",
+            nonneg && !plot->log_y ? "0" : "0.1");
     fputs("$data << EOD\n", g);
     int kept = 0;
     for (int i = 0; i < n; i++) {
@@ -57,7 +58,9 @@ kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_p
     fputs("EOD\n", g);
     if (kept > 0)
         fputs("plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4', \\\n"
-              "     $data using 1:2:3 with labels noenhanced offset char 1,0.8 left\n", g);
+              "     $data every 2 using 1:2:3 with labels noenhanced offset char 1,0.8 left, \\\n"
+              "     $data every 2::1 using 1:2:3 with labels noenhanced offset char 1,-0.8 left\n",
+              g); /* alternate labels above and below: close points stay readable */
     else
         fputs("set label 1 'no finite points' at graph 0.5, graph 0.5 center\n"
               "set xrange [0:1]\nset yrange [0:1]\nplot NaN\n", g);
