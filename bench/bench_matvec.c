@@ -5,11 +5,12 @@
  * over weights laid out like the real file (98 MB, larger than the L3), so
  * the figure is memory-bound the way decode is. The ISA comes from KVC_ISA.
  *
- *   bench_matvec [-t threads] [-r reps] [-w q4_1|q8_0|...] [-c]
+ *   bench_matvec [-t threads] [-r reps] [-w q4_1|q8_0|...] [-c] [-p]
  *   -w: the layers' weight type (default q4_1); -c: time with the process CPU
  *   clock instead of the wall clock (meaningful with -t 1 on a shared machine);
  *   -p: instead, prefill-style products (kvc_matmul against dequant + sgemm)
  *
+ * Build: see docs/benchmarks.md ("Weight matvec").
  * Prints one line per measurement: isa, case, type, shape, threads, MB, us, GB/s.
  * GB/s counts weight bytes only (the activation is a few KB). */
 #include <stdio.h>
