@@ -90,9 +90,12 @@ void kvc_spec_list_free(char **specs, int n) {
     }
 }
 
+/* An element starts a new spec unless it is `key=value` before any ':', so that
+ * `mustafar:k=0.5,v=0.5+kivi:bits=2` stays one spec (the '+' stage's ':' comes
+ * after the previous stage's '='). */
 static int starts_spec(const char *p, size_t n) {
-    int colon = memchr(p, ':', n) != NULL, eq = memchr(p, '=', n) != NULL;
-    return colon || !eq;
+    const char *colon = memchr(p, ':', n), *eq = memchr(p, '=', n);
+    return !eq || (colon && colon < eq);
 }
 
 kvc_status kvc_spec_list_split(const char *list, char **out, int max, int *n_out) {

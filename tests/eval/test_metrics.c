@@ -115,6 +115,13 @@ static void test_spec_list(void **state) {
     assert_int_equal(n, 2);
     assert_string_equal(s[1], "b:y=2,z=3");
     kvc_spec_list_free(s, n);
+    /* a '+' stage after a parameter stays in the same spec */
+    assert_int_equal(kvc_spec_list_split("full:f16,mustafar:k=0.5,v=0.5+kivi:bits=2,h2o", s, 8, &n),
+                     KVC_OK);
+    assert_int_equal(n, 3);
+    assert_string_equal(s[1], "mustafar:k=0.5,v=0.5+kivi:bits=2");
+    assert_string_equal(s[2], "h2o");
+    kvc_spec_list_free(s, n);
     assert_int_equal(kvc_spec_list_split("", s, 8, &n), KVC_ERR_ARG);
     assert_int_equal(kvc_spec_list_split("full:f16,,full:f32", s, 8, &n), KVC_ERR_ARG);
     assert_int_equal(kvc_spec_list_split("bits=2,full:f16", s, 8, &n), KVC_ERR_ARG);
