@@ -134,14 +134,17 @@ kvc_status kvc_method_validate(const char *spec);
 
 typedef struct kvc_cache_stats {
     uint64_t tokens;          /* tokens held, summed over layers / n_layers */
+    uint64_t context_tokens;  /* tokens seen (the context length); > tokens when a method evicts */
     uint64_t payload_bytes;   /* encoded K and V values */
     uint64_t meta_bytes;      /* scales, mins, bitmaps, offsets, padding */
     uint64_t index_bytes;     /* selection index (page min/max, block means, ...) */
     uint64_t window_bytes;    /* dense hot window */
     uint64_t buffer_bytes;    /* update buffers and scratch owned by the cache */
-    double bytes_per_token;   /* all of the above / tokens, over all layers and heads */
-    double bits_per_element;  /* all of the above * 8 / (tokens * layers * kv_heads * head_dim * 2) */
-    double ratio_vs_f16;      /* dense f16 bytes / bytes used */
+    /* Per token of context (not per token held), so that evicting methods are compared
+     * with a dense cache of the same context: */
+    double bytes_per_token;   /* all of the above / context_tokens, over all layers and heads */
+    double bits_per_element;  /* all of the above * 8 / (context_tokens * layers * kv_heads * head_dim * 2) */
+    double ratio_vs_f16;      /* dense f16 bytes of the context / bytes used */
 } kvc_cache_stats;
 
 /* ---- inference context ---------------------------------------------------- */

@@ -190,7 +190,7 @@ void kvc_session_summary(const kvc_session *s, FILE *out) {
     kvc_ctx_cache_stats(s->ctx, &cs);
     kvc_ctx_timing tm;
     kvc_ctx_timing_get(s->ctx, &tm);
-    double kv_bytes = cs.bytes_per_token * (double)cs.tokens;
+    double kv_bytes = cs.bytes_per_token * (double)cs.context_tokens;
     fprintf(out,
             "prompt %d tok %.1f tok/s | decode %d tok %.1f tok/s | KV %s %.2f MiB, %.2f "
             "bits/elem, %.2fx compression vs f16 | weights %.2fs attention %.2fs cache %.2fs\n",
@@ -225,7 +225,7 @@ void kvc_session_summary_json(const kvc_session *s, void *jv) {
     kvc_json_key(j, "kv_tokens");
     kvc_json_uint(j, cs.tokens);
     kvc_json_key(j, "kv_bytes");
-    kvc_json_num(j, cs.bytes_per_token * (double)cs.tokens);
+    kvc_json_num(j, cs.bytes_per_token * (double)cs.context_tokens);
     kvc_json_key(j, "kv_bits_per_element");
     kvc_json_num(j, cs.bits_per_element);
     kvc_json_key(j, "kv_ratio_vs_f16");

@@ -352,7 +352,7 @@ kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, con
 
 void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     memset(out, 0, sizeof *out);
-    uint64_t live = 0;
+    uint64_t live = 0, seen = 0;
     for (int i = 0; i < c->n_streams; i++) {
         const kvc_stream *s = c->streams[i];
         const kvc_xform *prev = NULL;
@@ -369,16 +369,18 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
             if (c->spec.m[j]->ops.buffer_bytes)
                 out->buffer_bytes += c->spec.m[j]->ops.buffer_bytes(c->mstate[j], s, s->mstate[j]);
         live += (uint64_t)kvc_stream_live_tokens(s);
+        seen += (uint64_t)s->n_pos;
     }
     out->buffer_bytes += kvc_attend_ws_bytes(c->ws);
     for (int i = 0; i < c->n_pws; i++) out->buffer_bytes += kvc_prefill_ws_bytes(c->pws[i]);
     int nl = c->shape.n_layers, nkv = c->shape.n_kv_heads, d = c->shape.head_dim;
     out->tokens = live / (uint64_t)(nl * nkv);
+    out->context_tokens = seen / (uint64_t)(nl * nkv);
     uint64_t total = out->payload_bytes + out->meta_bytes + out->index_bytes + out->window_bytes + out->buffer_bytes;
-    if (out->tokens > 0) {
-        out->bytes_per_token = (double)total / (double)out->tokens;
-        out->bits_per_element = (double)total * 8.0 / ((double)out->tokens * nl * nkv * d * 2);
-        double f16 = (double)out->tokens * nl * nkv * d * 2 * 2;
+    if (out->context_tokens > 0) {
+        out->bytes_per_token = (double)total / (double)out->context_tokens;
+        out->bits_per_element = (double)total * 8.0 / ((double)out->context_tokens * nl * nkv * d * 2);
+        double f16 = (double)out->context_tokens * nl * nkv * d * 2 * 2;
         out->ratio_vs_f16 = total ? f16 / (double)total : 0.0;
     }
 }
