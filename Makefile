@@ -3,7 +3,7 @@
 #   make test  build and run every test, then the whole suite again under ASan+UBSan
 JOBS  ?= $(shell nproc)
 MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
-KV    ?= full:f16
+KV    ?= kivi:bits=4
 PROMPT ?= Explain in three sentences why the sky is blue.
 
 .PHONY: all setup build build-asan model run test test-release test-asan fuzz fuzz-build format clean
