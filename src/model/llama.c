@@ -5,10 +5,11 @@
  * final RMSNorm and the output projection to logits.
  *
  * Decode multiplies by the quantised weights directly (kvc_matvec). Prefill
- * uses OpenBLAS sgemm: each thread of the pool dequantises a tile of weight
- * rows to f32 and multiplies the whole chunk of activations by it
- * (single-threaded BLAS per tile, so BLAS threads never compete with the
- * pool's).
+ * chunks go through kvc_matmul (quantised weights, SIMD kernels) or OpenBLAS
+ * sgemm (float weights, or KVC_ISA=scalar): each thread of the pool
+ * dequantises a tile of weight rows to f32 and multiplies the whole chunk of
+ * activations by it (single-threaded BLAS per tile, so BLAS threads never
+ * compete with the pool's).
  *
  * RoPE: GGUF files of the llama architecture store Q/K rows permuted so that
  * rotation pairs are adjacent, (x[2i], x[2i+1]) ("normal" rope in llama.cpp);
@@ -187,12 +188,35 @@ typedef struct wprod {
     int ldy;
 } wprod;
 
+/* Quantised weights take kvc_matmul (int8 activations and integer dot products
+ * as in llama.cpp, each weight row unpacked once for the whole chunk: 1.5-3x
+ * the dequantise + sgemm path, docs/benchmarks.md "Prefill-style products")
+ * when SIMD kernels are active; float weights, and every type under
+ * KVC_ISA=scalar, take dequantised tiles and OpenBLAS sgemm. */
+static int use_int_matmul(const kvc_wmat *w) {
+    const kvc_wtype *t = kvc_wtype_get(w->type);
+    return t && t->block > 1 && kvc_active_isa() >= KVC_ISA_AVX2;
+}
+
+static void gemm_tiles(kvc_run *r, kvc_pool *pool, const wprod *p, const float *x, int n) {
+    const kvc_wmat *w = p->w;
+    /* a multiple of the thread count of tasks, each of at most tile_rows rows */
+    int64_t nt = kvc_pool_threads(pool), tasks = (w->rows + r->tile_rows - 1) / r->tile_rows;
+    tasks = (tasks + nt - 1) / nt * nt;
+    int64_t rows = ((w->rows + tasks - 1) / tasks + 15) / 16 * 16;
+    if (rows > r->tile_rows) rows = r->tile_rows;
+    gemm_job j = {w, x, p->y, n, p->ldy, rows, r->tiles, r->tile_stride};
+    int n_tasks = (int)((w->rows + rows - 1) / rows);
+    kvc_pool_run(pool, n_tasks, gemm_task, &j);
+}
+
 /* The products in ps[0..n_ps) share the input x [n][cols]. A few tokens go
  * through the quantised matvec (all products in one pool dispatch); a chunk
- * goes through dequantised tiles and sgemm. */
-static void matmul(kvc_run *r, kvc_pool *pool, const wprod *ps, int n_ps, const float *x, int n) {
+ * through kvc_matmul or sgemm (see use_int_matmul). */
+static kvc_status matmul(kvc_run *r, kvc_pool *pool, const wprod *ps, int n_ps, const float *x, int n) {
     double t0 = now_s();
     const int64_t cols = ps[0].w->cols;
+    kvc_status st = KVC_OK;
     if (n < GEMM_MIN_BATCH || !r->tiles) {
         kvc_matvec_op ops[4];
         for (int i = 0; i < n; i++) {
@@ -202,19 +226,18 @@ static void matmul(kvc_run *r, kvc_pool *pool, const wprod *ps, int n_ps, const 
             kvc_matvec_multi(pool, ops, n_ps, cols, x + (size_t)i * cols);
         }
     } else {
+        kvc_matmul_op ops[4];
+        int n_int = 0;
         for (int p = 0; p < n_ps; p++) {
-            const kvc_wmat *w = ps[p].w;
-            /* a multiple of the thread count of tasks, each of at most tile_rows rows */
-            int64_t nt = kvc_pool_threads(pool), tasks = (w->rows + r->tile_rows - 1) / r->tile_rows;
-            tasks = (tasks + nt - 1) / nt * nt;
-            int64_t rows = ((w->rows + tasks - 1) / tasks + 15) / 16 * 16;
-            if (rows > r->tile_rows) rows = r->tile_rows;
-            gemm_job j = {w, x, ps[p].y, n, ps[p].ldy, rows, r->tiles, r->tile_stride};
-            int n_tasks = (int)((w->rows + rows - 1) / rows);
-            kvc_pool_run(pool, n_tasks, gemm_task, &j);
+            if (use_int_matmul(ps[p].w))
+                ops[n_int++] = (kvc_matmul_op){ps[p].w->type, ps[p].w->data, ps[p].w->rows, ps[p].y, ps[p].ldy};
+            else
+                gemm_tiles(r, pool, &ps[p], x, n);
         }
+        if (n_int) st = kvc_matmul(pool, ops, n_int, cols, x, cols, n);
     }
     r->t.weights_s += now_s() - t0;
+    return st;
 }
 
 /* ---- forward -------------------------------------------------------------- */
@@ -241,7 +264,7 @@ kvc_status kvc_forward_batch(const kvc_model *m, kvc_run *r, kvc_cache *cache, k
             rmsnorm(r->xb + (size_t)i * dim, r->x + (size_t)i * dim, L->attn_norm, dim,
                     c->norm_eps);
         wprod qkv[3] = {{&L->wq, r->q, qd}, {&L->wk, r->k, kvd}, {&L->wv, r->v, kvd}};
-        matmul(r, pool, qkv, 3, r->xb, n);
+        KVC_TRY(matmul(r, pool, qkv, 3, r->xb, n));
         for (int i = 0; i < n; i++) {
             float *q = r->q + (size_t)i * qd, *k = r->k + (size_t)i * kvd;
             if (L->bq) add_into(q, L->bq, qd);
@@ -262,7 +285,7 @@ kvc_status kvc_forward_batch(const kvc_model *m, kvc_run *r, kvc_cache *cache, k
             r->t.attention_s += now_s() - t0;
         }
         wprod o = {&L->wo, r->xb2, dim};
-        matmul(r, pool, &o, 1, r->att, n);
+        KVC_TRY(matmul(r, pool, &o, 1, r->att, n));
         add_into(r->x, r->xb2, (size_t)n * dim);
 
         /* feed-forward block */
@@ -270,10 +293,10 @@ kvc_status kvc_forward_batch(const kvc_model *m, kvc_run *r, kvc_cache *cache, k
             rmsnorm(r->xb + (size_t)i * dim, r->x + (size_t)i * dim, L->ffn_norm, dim,
                     c->norm_eps);
         wprod gate_up[2] = {{&L->w_gate, r->hb, ffn}, {&L->w_up, r->hb2, ffn}};
-        matmul(r, pool, gate_up, 2, r->xb, n);
+        KVC_TRY(matmul(r, pool, gate_up, 2, r->xb, n));
         swiglu(r->hb, r->hb2, (size_t)n * ffn);
         wprod down = {&L->w_down, r->xb2, dim};
-        matmul(r, pool, &down, 1, r->hb, n);
+        KVC_TRY(matmul(r, pool, &down, 1, r->hb, n));
         add_into(r->x, r->xb2, (size_t)n * dim);
     }
 
@@ -282,7 +305,7 @@ kvc_status kvc_forward_batch(const kvc_model *m, kvc_run *r, kvc_cache *cache, k
     for (int i = first; i < n; i++)
         rmsnorm(r->xb + (size_t)i * dim, r->x + (size_t)i * dim, m->w.out_norm, dim, c->norm_eps);
     wprod out = {&m->w.output, logits, c->n_vocab};
-    matmul(r, pool, &out, 1, r->xb + (size_t)first * dim, n - first);
+    KVC_TRY(matmul(r, pool, &out, 1, r->xb + (size_t)first * dim, n - first));
     return KVC_OK;
 }
 
