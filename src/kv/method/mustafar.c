@@ -163,6 +163,28 @@ static kvc_status reserve(mustafar_stream *ms, int need, int dim) {
     return KVC_OK;
 }
 
+/* A prefill chunk grows the per-token query sums and the key scratch to the
+ * chunk's size; decode needs only the window and one block. Giving the rest
+ * back keeps a decoding cache's buffers at a few window's worth (failed
+ * shrinks keep the larger buffers). */
+static void shrink_after_prefill(const mustafar_state *st, mustafar_stream *ms) {
+    int d = st->dim;
+    if (ms->scratch_n > st->cfg.block) {
+        free(ms->scratch);
+        ms->scratch = NULL;
+        ms->scratch_n = 0;
+    }
+    int cap = 64;
+    while (cap < 2 * ms->n) cap *= 2;
+    if (ms->cap <= 2 * cap) return;
+    float *q = realloc(ms->qsum, (size_t)cap * d * sizeof *q);
+    if (!q) return;
+    ms->qsum = q;
+    ms->cap = cap; /* `seen` may stay larger if its shrink fails */
+    int *sn = realloc(ms->seen, (size_t)cap * sizeof *sn);
+    if (sn) ms->seen = sn;
+}
+
 /* New hot tokens start with no queries seen. In prefill the chunk's queries q
  * [n][G][dim] are the next queries of every hot token: token e takes the
  * queries at positions >= its own until it has seen `window` of them (its own
@@ -266,6 +288,7 @@ static kvc_status mustafar_build_chunk(void *state, kvc_stream *s, void *sstate,
         ms->pos0 += n;
         memmove(ms->qsum, ms->qsum + (size_t)n * d, (size_t)ms->n * d * sizeof(float));
         memmove(ms->seen, ms->seen + n, (size_t)ms->n * sizeof(int));
+        shrink_after_prefill(st, ms);
     }
     return KVC_OK;
 }

@@ -157,7 +157,13 @@ static kvc_status think_build_chunk(void *state, kvc_stream *s, void *sstate, co
     }
     kvc_codec kc = {.ops = &kvc_codec_chanprune_f16, .dim = d, .cfg = &st->cp};
     kvc_codec vc = {.ops = &kvc_codec_f16, .dim = d, .cfg = NULL};
-    return kvc_chunk_encode(&kc, &vc, ts->scratch, v, n, d, pos0, NULL, NULL, out);
+    kvc_status st_enc = kvc_chunk_encode(&kc, &vc, ts->scratch, v, n, d, pos0, NULL, NULL, out);
+    if (ts->scratch_n > B) { /* sized by a prefill chunk: decode builds one block at a time */
+        free(ts->scratch);
+        ts->scratch = NULL;
+        ts->scratch_n = 0;
+    }
+    return st_enc;
 }
 
 static uint64_t think_buffer_bytes(const void *state, const kvc_stream *s, const void *sstate) {
