@@ -190,8 +190,7 @@ void kvc_ctx_timing_get(const kvc_ctx *c, kvc_ctx_timing *out);
  * that save K/V (kvcomp dump-kv). Called once per layer for every prefill chunk
  * and decode step, before the cache sees them: tokens pos0 .. pos0+n-1 of
  * `layer`, k and v [n][n_kv_heads][head_dim] f32, valid only during the call.
- * fn == NULL removes the observer. (Requested by the eval harness; implemented
- * in the model's context.) */
+ * fn == NULL removes the observer. */
 typedef void (*kvc_kv_observer_fn)(void *user, int layer, int pos0, int n, const float *k,
                                    const float *v);
 void kvc_ctx_set_kv_observer(kvc_ctx *c, kvc_kv_observer_fn fn, void *user);

@@ -14,10 +14,6 @@
 #include "eval/kvdump.h"
 #include "kvcomp.h"
 
-/* The observer is implemented by the model's context; a weak reference keeps
- * the command linking (and saying so) in a build where it is not there yet. */
-#pragma weak kvc_ctx_set_kv_observer
-
 static const char k_usage[] =
     "usage: kvcomp dump-kv [-m MODEL] [--text FILE] [--ctx N] -o FILE [--f16] [-t N] [-b N]\n\n"
     "Prefills --ctx tokens of a text (default data/alice.txt, 8192 tokens or the whole text)\n"
@@ -76,11 +72,6 @@ int kvc_cli_dump_kv(int argc, char **argv) {
     if (!out) {
         fprintf(stderr, "kvcomp dump-kv: give the output file with -o FILE\n");
         return 2;
-    }
-    if (!kvc_ctx_set_kv_observer) {
-        fprintf(stderr, "kvcomp dump-kv: this build's model context has no K/V observer "
-                        "(kvc_ctx_set_kv_observer is not implemented yet)\n");
-        return 1;
     }
     kvc_model *m = NULL;
     kvc_ctx *ctx = NULL;

@@ -116,3 +116,9 @@ void kvc_ctx_timing_get(const kvc_ctx *c, kvc_ctx_timing *out) {
     out->attention_s = c->run->t.attention_s;
     out->cache_s = c->run->t.cache_s;
 }
+
+void kvc_ctx_set_kv_observer(kvc_ctx *c, kvc_kv_observer_fn fn, void *user) {
+    if (!c) return;
+    c->run->kv_obs = fn;
+    c->run->kv_obs_user = fn ? user : NULL;
+}

@@ -273,6 +273,7 @@ kvc_status kvc_forward_batch(const kvc_model *m, kvc_run *r, kvc_cache *cache, k
             rope(c, r->rope_cs + (size_t)i * c->rope_dim, q, c->n_heads);
             rope(c, r->rope_cs + (size_t)i * c->rope_dim, k, c->n_kv_heads);
         }
+        if (r->kv_obs) r->kv_obs(r->kv_obs_user, l, pos, n, r->k, r->v);
         double t0 = now_s();
         if (n == 1) {
             KVC_TRY(kvc_cache_append(cache, l, r->k, r->v));

@@ -106,6 +106,8 @@ typedef struct kvc_run {
     int tile_rows, n_tiles_threads;
     size_t tile_stride; /* floats per thread in tiles */
     kvc_fwd_timing t;
+    kvc_kv_observer_fn kv_obs; /* optional: sees each layer's post-RoPE K/V (kvc_ctx_set_kv_observer) */
+    void *kv_obs_user;
 } kvc_run;
 
 kvc_status kvc_run_create(const kvc_model *m, int max_batch, int n_threads, kvc_run **out);
