@@ -193,11 +193,14 @@ void kvc_session_summary(const kvc_session *s, FILE *out) {
     double kv_bytes = cs.bytes_per_token * (double)cs.context_tokens;
     fprintf(out,
             "prompt %d tok %.1f tok/s | decode %d tok %.1f tok/s | KV %s %.2f MiB, %.2f "
-            "bits/elem, %.2fx compression vs f16 | weights %.2fs attention %.2fs cache %.2fs\n",
+            "bits/elem, %.2fx %s | weights %.2fs attention %.2fs cache %.2fs\n",
             s->n_prefill, rate(s->n_prefill, s->prefill_s), s->n_decode,
             rate(s->n_decode, s->decode_s), s->a->kv ? s->a->kv : "full:f32",
-            kv_bytes / (1024.0 * 1024.0), cs.bits_per_element, cs.ratio_vs_f16, tm.weights_s,
-            tm.attention_s, tm.cache_s);
+            kv_bytes / (1024.0 * 1024.0), cs.bits_per_element,
+            /* short contexts are dominated by the dense window and buffers: say "larger" */
+            cs.ratio_vs_f16 >= 1.0 || cs.ratio_vs_f16 <= 0.0 ? cs.ratio_vs_f16 : 1.0 / cs.ratio_vs_f16,
+            cs.ratio_vs_f16 >= 1.0 || cs.ratio_vs_f16 <= 0.0 ? "smaller than dense f16" : "larger than dense f16",
+            tm.weights_s, tm.attention_s, tm.cache_s);
 }
 
 void kvc_session_summary_json(const kvc_session *s, void *jv) {
