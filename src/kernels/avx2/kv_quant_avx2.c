@@ -56,6 +56,7 @@ static inline void add_out(float *o, __m256 v, int lanes) {
 }
 
 enum { ROWS = 64 }; /* rows whose weights are prepared at once */
+enum { PF_AHEAD = 2048 }; /* software prefetch distance in bytes */
 
 /* NH weight vectors (1..4) over all rows for values j0..j0+15. The per-row
  * weights w*scale and the sums of w*min are formed 8 rows at a time first. */
@@ -69,12 +70,15 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
     __m256 a0[4], a1[4], msv[4];
     float ms[4] = {0, 0, 0, 0};
     float ws[4][ROWS];
+    /* unrolled over NH (a constant): the accumulators must live in registers */
+    #pragma GCC unroll 4
     for (int h = 0; h < NH; h++) a0[h] = a1[h] = msv[h] = _mm256_setzero_ps();
     for (int r0 = 0; r0 < t->rows; r0 += ROWS) {
         int nr = t->rows - r0 < ROWS ? t->rows - r0 : ROWS, i = 0;
         for (; i + 8 <= nr; i += 8) {
             __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t->scales + r0 + i)));
             __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t->mins + r0 + i)));
+            #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
                 __m256 wv = _mm256_loadu_ps(w + h * ldw + r0 + i);
                 _mm256_storeu_ps(ws[h] + i, _mm256_mul_ps(wv, sc));
@@ -91,8 +95,10 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
         }
         const uint32_t *row = t->words + (size_t)r0 * wpr;
         for (int r = 0; r < nr; r++, row += wpr) {
+            _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0); /* see the AVX-512 kernel */
             __m256 c0 = unpack(row, &s0, mask);
             __m256 c1 = two ? unpack(row, &s1, mask) : _mm256_setzero_ps();
+            #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
                 __m256 wr = _mm256_set1_ps(ws[h][r]);
                 a0[h] = _mm256_fmadd_ps(wr, c0, a0[h]);

@@ -7,6 +7,8 @@
  * the rows' scales, and the weights times the mins, are formed 16 rows at a
  * time with vector f16 conversions before the row loop. */
 #include <immintrin.h>
+#include <pthread.h>
+#include <stdint.h>
 
 #include "kv/codec/quant.h"
 
@@ -15,18 +17,29 @@ typedef struct slice {
     __mmask16 lanes;    /* lanes holding values (< n) */
 } slice;
 
-static slice make_slice(int bits, int n, int j0) {
-    slice s;
-    int vpw = kvc_quant_vpw(bits);
-    int32_t idx[16], sh[16];
-    for (int l = 0; l < 16; l++) {
-        int v = j0 + l;
-        idx[l] = v / vpw;
-        sh[l] = (v % vpw) * bits;
-        if (idx[l] > 15) idx[l] = 15, sh[l] = 0;
+/* Word index and bit offset of value v of a row, per bit width, for v up to
+ * KVC_QUANT_MAX_N + 15 (a slice's lanes past n read word 15, shift 0): filled
+ * once, so a slice is two loads instead of 16 divisions per call (one call per
+ * 32-token key tile made the divisions a fifth of the key kernel's time). */
+enum { TAB = KVC_QUANT_MAX_N + 16 };
+static int32_t tab_idx[5][TAB], tab_sh[5][TAB];
+static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
+
+static void fill_tables(void) {
+    for (int bits = 1; bits <= 4; bits++) {
+        int vpw = kvc_quant_vpw(bits);
+        for (int v = 0; v < TAB; v++) {
+            int idx = v / vpw, sh = (v % vpw) * bits;
+            tab_idx[bits][v] = idx > 15 ? 15 : idx;
+            tab_sh[bits][v] = idx > 15 ? 0 : sh;
+        }
     }
-    s.idx = _mm512_loadu_si512(idx);
-    s.shift = _mm512_loadu_si512(sh);
+}
+
+static inline slice make_slice(int bits, int n, int j0) {
+    slice s;
+    s.idx = _mm512_loadu_si512(tab_idx[bits] + j0);
+    s.shift = _mm512_loadu_si512(tab_sh[bits] + j0);
     int cnt = n > j0 ? n - j0 : 0;
     s.lanes = (__mmask16)(cnt >= 16 ? 0xffff : (1u << cnt) - 1);
     return s;
@@ -39,6 +52,7 @@ static inline __m512 unpack(__m512i w, const slice *s, __m512i mask) {
 }
 
 enum { ROWS = 64 }; /* rows whose weights are prepared at once */
+enum { PF_AHEAD = 2048 }; /* software prefetch distance in bytes (1-4 KiB measured alike) */
 
 /* NH weight vectors (1..4) over all rows for values j0..j0+31. A row's words
  * (at most 16: n <= 128 values) come in with one masked load. The per-row
@@ -53,14 +67,19 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
     int two = s1.lanes != 0;
     __m512 a0[4], a1[4], msv[4];
     float ws[4][ROWS];
+    /* unrolled over NH (a constant): the accumulators must live in registers */
+    #pragma GCC unroll 4
     for (int h = 0; h < NH; h++) a0[h] = a1[h] = msv[h] = _mm512_setzero_ps();
     for (int r0 = 0; r0 < t->rows; r0 += ROWS) {
         int nr = t->rows - r0 < ROWS ? t->rows - r0 : ROWS;
         for (int i = 0; i < nr; i += 16) {
             int cnt = nr - i < 16 ? nr - i : 16;
             __mmask16 m = (__mmask16)(cnt == 16 ? 0xffff : (1u << cnt) - 1);
+            _mm_prefetch((const char *)(t->scales + r0 + i) + PF_AHEAD, _MM_HINT_T0);
+            _mm_prefetch((const char *)(t->mins + r0 + i) + PF_AHEAD, _MM_HINT_T0);
             __m512 sc = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, t->scales + r0 + i));
             __m512 mn = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, t->mins + r0 + i));
+            #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
                 __m512 wv = _mm512_maskz_loadu_ps(m, w + h * ldw + r0 + i);
                 _mm512_storeu_ps(ws[h] + i, _mm512_mul_ps(wv, sc));
@@ -69,9 +88,13 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
         }
         const uint32_t *row = t->words + (size_t)r0 * wpr;
         for (int r = 0; r < nr; r++, row += wpr) {
+            /* the rows (and the next tile's) stream from memory in short runs that
+             * the hardware prefetcher does not pick up in time */
+            _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0);
             __m512i wd = _mm512_maskz_loadu_epi32(load, row);
             __m512 c0 = unpack(wd, &s0, mask);
             __m512 c1 = two ? unpack(wd, &s1, mask) : _mm512_setzero_ps();
+            #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
                 __m512 wr = _mm512_set1_ps(ws[h][r]);
                 a0[h] = _mm512_fmadd_ps(wr, c0, a0[h]);
@@ -79,6 +102,7 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
             }
         }
     }
+    #pragma GCC unroll 4
     for (int h = 0; h < NH; h++) {
         float *o = out + h * ldo + j0;
         __m512 m = _mm512_set1_ps(_mm512_reduce_add_ps(msv[h]));
@@ -93,6 +117,7 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
 
 void kvc_quant_wsum_avx512(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
                            ptrdiff_t ldo) {
+    pthread_once(&tab_once, fill_tables);
     for (int j0 = 0; j0 < t->n; j0 += 32) {
         int h = 0;
         for (; h + 4 <= nw; h += 4) block(t, w + h * ldw, ldw, out + h * ldo, ldo, j0, 4);
