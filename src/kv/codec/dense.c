@@ -180,12 +180,16 @@ static kvc_status dense_encode(const kvc_codec *c, const float *x, int n, int ld
     return KVC_OK;
 }
 
-/* A hot window that held a large block gives the memory back once drained. */
+/* A hot window that held a prefill chunk gives the spare memory back once
+ * drained: down to n + n/8 rows whenever more than a quarter (and 64 rows)
+ * would be spare, so a long-lived window (kvmix's recent context, ~10-20% of
+ * the tokens) is not charged for the chunk it once held, while small steps
+ * do not reallocate. */
 static void shrink(const kvc_codec *c, dense_blob *b) {
-    if (b->cap <= 16 || b->n * 4 > b->cap) return;
-    int cap = 16;
-    while (cap < 2 * b->n) cap *= 2;
-    resize(c, b, cap); /* a failed shrink keeps the larger buffer */
+    int64_t want = (int64_t)b->n + b->n / 8;
+    want = want < 16 ? 16 : (want + 15) & ~(int64_t)15;
+    if (b->cap - want < 64 || (int64_t)b->cap * 4 < want * 5) return;
+    resize(c, b, (int)want); /* a failed shrink keeps the larger buffer */
 }
 
 static void dense_drop_front(const kvc_codec *c, void *blob, int n) {
