@@ -13,7 +13,7 @@ import sys
 
 
 def cache_cols(c):
-    tok = max(c["tokens"], 1)
+    tok = max(c.get("context_tokens", c["tokens"]), 1)  # per token of context, as bytes_per_token
     fmt = (c["payload_bytes"] + c["meta_bytes"] + c["index_bytes"]) / tok
     return "%.0f | %.0f | %.2f" % (c["bytes_per_token"], fmt, c["bits_per_element"])
 
