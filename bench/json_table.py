@@ -22,7 +22,7 @@ def kl_table(d, only):
     print("| method | bytes/tok | format B/tok | bits/el | KL mean | KL median | KL p99 | KL max | same top % | Δp mean | PPL ratio |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     r = d["reference"]
-    print("| %s (reference, PPL %.3f) | %s | 0 | 0 | 0 | 0 | 0 | 100 | 0 | 1 |" % (r["spec"], r["ppl"], cache_cols(r["cache"])))
+    print("| %s (reference, PPL %.3f) | %s | 0 | 0 | 0 | 0 | 100 | 0 | 1 |" % (r["spec"], r["ppl"], cache_cols(r["cache"])))
     for m in d["methods"]:
         if only and m["spec"] not in only:
             continue

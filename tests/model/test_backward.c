@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "kvcomp.h"
 #include "model/backward.h"
 #include "model/wtype.h"
 
@@ -197,7 +198,13 @@ static void test_real_model(void **state) {
     double loss;
     assert_int_equal(kvc_bwd_loss(b, tok, n, &loss), KVC_OK);
     print_message("real model: loss %.5f (engine %.5f) over %d tokens\n", loss, ref, n - 1);
-    assert_true(fabs(loss - ref) < 2e-3 * ref);
+    /* Under KVC_ISA=scalar the engine's prefill multiplies f32 activations by the
+     * dequantised weights (sgemm), the backward pass's own arithmetic: 0.2%. With
+     * SIMD kernels prefill quantizes activations to int8 (kvc_matmul, as decode
+     * and llama.cpp do), which moves the mean loss by ~0.5% on this model
+     * (measured: 3.934 against 3.953): 1.5%. */
+    double tol = kvc_active_isa() == KVC_ISA_SCALAR ? 2e-3 : 1.5e-2;
+    assert_true(fabs(loss - ref) < tol * ref);
     free(logits);
     kvc_ctx_free(ctx);
 
