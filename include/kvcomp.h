@@ -138,7 +138,8 @@ typedef struct kvc_cache_stats {
     uint64_t payload_bytes;   /* encoded K and V values */
     uint64_t meta_bytes;      /* scales, mins, bitmaps, offsets, padding */
     uint64_t index_bytes;     /* selection index (page min/max, block means, ...) */
-    uint64_t window_bytes;    /* dense hot window */
+    uint64_t window_bytes;    /* dense hot window (allocated) */
+    uint64_t window_tokens;   /* tokens in the hot windows, summed over layers / n_layers */
     uint64_t buffer_bytes;    /* update buffers and scratch owned by the cache */
     /* Per token of context (not per token held), so that evicting methods are compared
      * with a dense cache of the same context: */

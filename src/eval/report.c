@@ -14,6 +14,7 @@ void kvc_report_stats_json(kvc_json *j, const char *key, const kvc_cache_stats *
     kvc_json_obj_begin(j);
     kvc_json_kv_uint(j, "tokens", s->tokens);
     kvc_json_kv_uint(j, "context_tokens", s->context_tokens);
+    kvc_json_kv_uint(j, "window_tokens", s->window_tokens);
     kvc_json_kv_uint(j, "payload_bytes", s->payload_bytes);
     kvc_json_kv_uint(j, "meta_bytes", s->meta_bytes);
     kvc_json_kv_uint(j, "index_bytes", s->index_bytes);

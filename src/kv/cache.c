@@ -352,7 +352,7 @@ kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, con
 
 void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     memset(out, 0, sizeof *out);
-    uint64_t live = 0, seen = 0;
+    uint64_t live = 0, seen = 0, hot = 0;
     for (int i = 0; i < c->n_streams; i++) {
         const kvc_stream *s = c->streams[i];
         const kvc_xform *prev = NULL;
@@ -365,6 +365,7 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
         uint64_t p = 0, m = 0, x = 0;
         kvc_chunk_bytes(s->hot, &p, &m, &x);
         out->window_bytes += p + m; /* the dense hot window with its spare capacity */
+        hot += (uint64_t)s->hot->n;
         for (int j = 0; j < c->spec.n; j++)
             if (c->spec.m[j]->ops.buffer_bytes)
                 out->buffer_bytes += c->spec.m[j]->ops.buffer_bytes(c->mstate[j], s, s->mstate[j]);
@@ -376,6 +377,7 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     int nl = c->shape.n_layers, nkv = c->shape.n_kv_heads, d = c->shape.head_dim;
     out->tokens = live / (uint64_t)(nl * nkv);
     out->context_tokens = seen / (uint64_t)(nl * nkv);
+    out->window_tokens = hot / (uint64_t)(nl * nkv);
     uint64_t total = out->payload_bytes + out->meta_bytes + out->index_bytes + out->window_bytes + out->buffer_bytes;
     if (out->context_tokens > 0) {
         out->bytes_per_token = (double)total / (double)out->context_tokens;
