@@ -18,17 +18,23 @@ def cache_cols(c):
     return "%.0f | %.0f | %.2f" % (c["bytes_per_token"], fmt, c["bits_per_element"])
 
 
-def kl_table(d, only):
-    print("| method | bytes/tok | format B/tok | bits/el | KL mean | KL median | KL p99 | KL max | same top % | Δp mean | PPL ratio |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    r = d["reference"]
-    print("| %s (reference, PPL %.3f) | %s | 0 | 0 | 0 | 0 | 100 | 0 | 1 |" % (r["spec"], r["ppl"], cache_cols(r["cache"])))
+def methods(d, only):
+    """The methods of a run that pass --only and ran; a failed one becomes a row saying so."""
     for m in d["methods"]:
         if only and m["spec"] not in only:
             continue
         if not m["ok"]:
             print("| %s | failed: %s |" % (m["spec"], m.get("error", "")))
             continue
+        yield m
+
+
+def kl_table(d, only):
+    print("| method | bytes/tok | format B/tok | bits/el | KL mean | KL median | KL p99 | KL max | same top % | Δp mean | PPL ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    r = d["reference"]
+    print("| %s (reference, PPL %.3f) | %s | 0 | 0 | 0 | 0 | 100 | 0 | 1 |" % (r["spec"], r["ppl"], cache_cols(r["cache"])))
+    for m in methods(d, only):
         k = m["kl"]
         print("| %s | %s | %.4g | %.4g | %.4g | %.4g | %.2f | %+.2e | %.4f |" % (
             m["spec"], cache_cols(m["cache"]), k["mean"], k["median"], k["p99"], k["max"],
@@ -46,12 +52,7 @@ def ruler_table(d, only):
     tasks = [t["task"] for t in d["tasks"]]
     print("| method | bytes/tok | format B/tok | bits/el | " + " | ".join(tasks) + " | mean |")
     print("|---|---:|---:|---:|" + "---:|" * (len(tasks) + 1))
-    for m in d["methods"]:
-        if only and m["spec"] not in only:
-            continue
-        if not m["ok"]:
-            print("| %s | failed: %s |" % (m["spec"], m.get("error", "")))
-            continue
+    for m in methods(d, only):
         acc = " | ".join("%.1f" % (100 * m["accuracy"][t]["score"]) for t in tasks)
         print("| %s | %s | %s | %.1f |" % (m["spec"], cache_cols(m["cache"]), acc, 100 * m["mean_accuracy"]))
 
