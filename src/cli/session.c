@@ -7,18 +7,7 @@
 #include <unistd.h>
 
 #include "base/json.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static double cpu_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "base/progress.h"
 
 static int fail(const kvc_session *s, const char *what) {
     fprintf(stderr, "kvcomp %s: %s: %s\n", s->cmd, what, kvc_last_error());
@@ -123,10 +112,10 @@ int kvc_session_feed(kvc_session *s, const int32_t *toks, int n) {
                     s->cmd, n, pos, s->n_ctx);
         return 1;
     }
-    double t0 = now_s(), c0 = cpu_s();
+    double t0 = kvc_now_s(), c0 = kvc_cpu_s();
     if (kvc_ctx_prefill(s->ctx, toks, n, s->logits) != KVC_OK) return fail(s, "prefill failed");
-    s->prefill_s += now_s() - t0;
-    s->prefill_cpu_s += cpu_s() - c0;
+    s->prefill_s += kvc_now_s() - t0;
+    s->prefill_cpu_s += kvc_cpu_s() - c0;
     s->n_prefill += n;
     s->have_logits = 1;
     if (push_hist(s, toks, n) != 0) {
@@ -173,10 +162,10 @@ int kvc_session_generate(kvc_session *s, int n_predict, FILE *out, char **text) 
             s->have_logits = 0;
             break;
         }
-        double t0 = now_s(), c0 = cpu_s();
+        double t0 = kvc_now_s(), c0 = kvc_cpu_s();
         if (kvc_ctx_decode(s->ctx, tok, s->logits) != KVC_OK) return fail(s, "decode failed");
-        s->decode_s += now_s() - t0;
-        s->decode_cpu_s += cpu_s() - c0;
+        s->decode_s += kvc_now_s() - t0;
+        s->decode_cpu_s += kvc_cpu_s() - c0;
         s->n_decode++;
         if (push_hist(s, &tok, 1) != 0) return 1;
     }
@@ -191,15 +180,16 @@ void kvc_session_summary(const kvc_session *s, FILE *out) {
     kvc_ctx_timing tm;
     kvc_ctx_timing_get(s->ctx, &tm);
     double kv_bytes = cs.bytes_per_token * (double)cs.context_tokens;
+    /* short contexts are dominated by the dense window and buffers: say "larger" */
+    int larger = cs.ratio_vs_f16 > 0.0 && cs.ratio_vs_f16 < 1.0;
     fprintf(out,
             "prompt %d tok %.1f tok/s | decode %d tok %.1f tok/s | KV %s %.2f MiB, %.2f "
             "bits/elem, %.2fx %s | weights %.2fs attention %.2fs cache %.2fs\n",
             s->n_prefill, rate(s->n_prefill, s->prefill_s), s->n_decode,
             rate(s->n_decode, s->decode_s), s->a->kv ? s->a->kv : "full:f32",
             kv_bytes / (1024.0 * 1024.0), cs.bits_per_element,
-            /* short contexts are dominated by the dense window and buffers: say "larger" */
-            cs.ratio_vs_f16 >= 1.0 || cs.ratio_vs_f16 <= 0.0 ? cs.ratio_vs_f16 : 1.0 / cs.ratio_vs_f16,
-            cs.ratio_vs_f16 >= 1.0 || cs.ratio_vs_f16 <= 0.0 ? "smaller than dense f16" : "larger than dense f16",
+            larger ? 1.0 / cs.ratio_vs_f16 : cs.ratio_vs_f16,
+            larger ? "larger than dense f16" : "smaller than dense f16",
             tm.weights_s, tm.attention_s, tm.cache_s);
 }
 

@@ -20,8 +20,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "base/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kv/cache.h"
@@ -36,12 +36,6 @@ void openblas_set_num_threads(int n);
  * prompt tokens, one thread: 32 rows 6.6 s, 64 6.3 s, 128 6.3 s, 256 6.1 s,
  * whole matrices 6.4 s of CPU time (larger tiles re-pack the activations less). */
 enum { TILE_ROWS = 256, GEMM_MIN_BATCH = 3 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* ---- run state ------------------------------------------------------------ */
 
@@ -214,7 +208,7 @@ static void gemm_tiles(kvc_run *r, kvc_pool *pool, const wprod *p, const float *
  * through the quantised matvec (all products in one pool dispatch); a chunk
  * through kvc_matmul or sgemm (see use_int_matmul). */
 static kvc_status matmul(kvc_run *r, kvc_pool *pool, const wprod *ps, int n_ps, const float *x, int n) {
-    double t0 = now_s();
+    double t0 = kvc_now_s();
     const int64_t cols = ps[0].w->cols;
     kvc_status st = KVC_OK;
     if (n < GEMM_MIN_BATCH || !r->tiles) {
@@ -236,7 +230,7 @@ static kvc_status matmul(kvc_run *r, kvc_pool *pool, const wprod *ps, int n_ps, 
         }
         if (n_int) st = kvc_matmul(pool, ops, n_int, cols, x, cols, n);
     }
-    r->t.weights_s += now_s() - t0;
+    r->t.weights_s += kvc_now_s() - t0;
     return st;
 }
 
@@ -274,16 +268,16 @@ kvc_status kvc_forward_batch(const kvc_model *m, kvc_run *r, kvc_cache *cache, k
             rope(c, r->rope_cs + (size_t)i * c->rope_dim, k, c->n_kv_heads);
         }
         if (r->kv_obs) r->kv_obs(r->kv_obs_user, l, pos, n, r->k, r->v);
-        double t0 = now_s();
+        double t0 = kvc_now_s();
         if (n == 1) {
             KVC_TRY(kvc_cache_append(cache, l, r->k, r->v));
-            double t1 = now_s();
+            double t1 = kvc_now_s();
             r->t.cache_s += t1 - t0;
             KVC_TRY(kvc_cache_attend(cache, l, r->q, r->att));
-            r->t.attention_s += now_s() - t1;
+            r->t.attention_s += kvc_now_s() - t1;
         } else {
             KVC_TRY(kvc_cache_prefill(cache, l, n, r->q, r->k, r->v, r->att));
-            r->t.attention_s += now_s() - t0;
+            r->t.attention_s += kvc_now_s() - t0;
         }
         wprod o = {&L->wo, r->xb2, dim};
         KVC_TRY(matmul(r, pool, &o, 1, r->att, n));

@@ -179,6 +179,27 @@ static void build_world(world *w) {
     assert_int_equal(kvc_stream_hot_push(w->s, hk, hv, 5, D), KVC_OK);
 }
 
+/* out[:D] = softmax(q . k_t / sqrt(D)) v over the tokens t < total with live[t], in double. */
+static void attend_f64(const float *q, const float *k, const float *v, const uint8_t *live, int total,
+                       float *out) {
+    double m = -INFINITY, l = 0, *sc = malloc((size_t)total * 8), o[D] = {0};
+    for (int t = 0; t < total; t++) {
+        if (!live[t]) continue;
+        double a = 0;
+        for (int j = 0; j < D; j++) a += (double)q[j] * k[t * D + j];
+        sc[t] = a / sqrt((double)D);
+        if (sc[t] > m) m = sc[t];
+    }
+    for (int t = 0; t < total; t++) {
+        if (!live[t]) continue;
+        double p = exp(sc[t] - m);
+        l += p;
+        for (int j = 0; j < D; j++) o[j] += p * v[t * D + j];
+    }
+    for (int j = 0; j < D; j++) out[j] = (float)(o[j] / l);
+    free(sc);
+}
+
 /* Double-precision attention over the tokens of `s` flagged in `use` (per chunk, per token). */
 static void reference(const kvc_stream *s, const float *q, uint8_t **use, float *out) {
     int total = s->hot->n;
@@ -192,24 +213,7 @@ static void reference(const kvc_stream *s, const float *q, uint8_t **use, float 
         for (int i = 0; i < c->n; i++) live[off + i] = !kvc_chunk_is_dead(c, i) && (ci == s->n_chunks || use[ci][i]);
         off += c->n;
     }
-    for (int g = 0; g < G; g++) {
-        double m = -INFINITY, l = 0, *sc = malloc((size_t)total * 8), o[D] = {0};
-        for (int i = 0; i < total; i++) {
-            if (!live[i]) continue;
-            double a = 0;
-            for (int j = 0; j < D; j++) a += (double)q[g * D + j] * k[i * D + j];
-            sc[i] = a / sqrt((double)D);
-            if (sc[i] > m) m = sc[i];
-        }
-        for (int i = 0; i < total; i++) {
-            if (!live[i]) continue;
-            double p = exp(sc[i] - m);
-            l += p;
-            for (int j = 0; j < D; j++) o[j] += p * v[i * D + j];
-        }
-        for (int j = 0; j < D; j++) out[g * D + j] = (float)(o[j] / l);
-        free(sc);
-    }
+    for (int g = 0; g < G; g++) attend_f64(q + g * D, k, v, live, total, out + g * D);
     free(k); free(v); free(live);
 }
 
@@ -385,24 +389,7 @@ static void test_prefill_over_world(void **state) {
         memcpy(kk + off * D, k, (size_t)(i + 1) * D * 4);
         memcpy(vv + off * D, v, (size_t)(i + 1) * D * 4);
         memset(live + off, 1, (size_t)(i + 1));
-        for (int g = 0; g < G; g++) {
-            double m = -INFINITY, l = 0, o[D] = {0}, *sc = malloc((size_t)tot * 8);
-            for (int t = 0; t < tot; t++) {
-                if (!live[t]) continue;
-                double a = 0;
-                for (int j = 0; j < D; j++) a += (double)q[(i * G + g) * D + j] * kk[t * D + j];
-                sc[t] = a / sqrt((double)D);
-                if (sc[t] > m) m = sc[t];
-            }
-            for (int t = 0; t < tot; t++) {
-                if (!live[t]) continue;
-                double p = exp(sc[t] - m);
-                l += p;
-                for (int j = 0; j < D; j++) o[j] += p * vv[t * D + j];
-            }
-            for (int j = 0; j < D; j++) ref[g * D + j] = (float)(o[j] / l);
-            free(sc);
-        }
+        for (int g = 0; g < G; g++) attend_f64(q + (i * G + g) * D, kk, vv, live, tot, ref + g * D);
         expect_close(out + (size_t)i * G * D, ref, G * D, "prefill over a compressed past", 0, 1);
         free(kk); free(vv); free(live);
     }

@@ -244,6 +244,16 @@ static void make_weights(int pat, uint32_t type, int64_t n, float *src, uint8_t 
     kvc_wtype_ref(type)->quantize(src, w, n);
 }
 
+/* rows x n weights of `type`, each row W_RANDOM (src: n floats of scratch). */
+static uint8_t *random_matrix(uint32_t type, int64_t rows, int64_t n, float *src) {
+    size_t rb = kvc_wtype_row_bytes(type, n);
+    uint8_t *w = malloc(rb * rows);
+    assert_non_null(w);
+    for (int64_t r = 0; r < rows; r++)
+        make_weights(W_RANDOM, type, n, src, w + r * rb);
+    return w;
+}
+
 static void make_act(int pat, int64_t n, float *x) {
     for (int64_t i = 0; i < n; i++) {
         switch (pat) {
@@ -570,11 +580,7 @@ static void test_matvec_multi(void **state) {
     assert_true(x && src);
     make_act(X_WIDE, n, x);
     for (int o = 0; o < NOPS; o++) {
-        size_t rb = kvc_wtype_row_bytes(types[o], n);
-        uint8_t *w = malloc(rb * rows[o]);
-        assert_non_null(w);
-        for (int64_t r = 0; r < rows[o]; r++)
-            make_weights(W_RANDOM, types[o], n, src, w + r * rb);
+        uint8_t *w = random_matrix(types[o], rows[o], n, src);
         ops[o] = (kvc_matvec_op){
             .type = types[o], .w = w, .rows = rows[o], .y = malloc(rows[o] * sizeof(float))};
         assert_non_null(ops[o].y);
@@ -605,11 +611,8 @@ static void test_matvec_long_rows(void **state) {
     make_act(X_RANDOM, n, x);
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         size_t rb = kvc_wtype_row_bytes(types[ti], n);
-        uint8_t *w = malloc(rb * rows);
+        uint8_t *w = random_matrix(types[ti], rows, n, src);
         float y[6];
-        assert_non_null(w);
-        for (int64_t r = 0; r < rows; r++)
-            make_weights(W_RANDOM, types[ti], n, src, w + r * rb);
         kvc_matvec(NULL, types[ti], w, rows, n, x, y);
         for (int64_t r = 0; r < rows; r++) {
             kvc_wtype_ref(types[ti])->dequant(w + r * rb, wf, n);
@@ -686,11 +689,7 @@ static void test_matmul_multi_long(void **state) {
         make_act(X_RANDOM, n, x + i * n);
     kvc_matmul_op ops[NOPS];
     for (int o = 0; o < NOPS; o++) {
-        size_t rb = kvc_wtype_row_bytes(types[o], n);
-        uint8_t *w = malloc(rb * rows[o]);
-        assert_non_null(w);
-        for (int64_t r = 0; r < rows[o]; r++)
-            make_weights(W_RANDOM, types[o], n, src, w + r * rb);
+        uint8_t *w = random_matrix(types[o], rows[o], n, src);
         ops[o] =
             (kvc_matmul_op){types[o], w, rows[o], malloc(m * rows[o] * sizeof(float)), rows[o]};
         assert_non_null(ops[o].y);

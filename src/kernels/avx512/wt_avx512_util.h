@@ -27,6 +27,23 @@ KVC_AINLINE __mmask64 kvc_mask64(int k) {
     return k >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << k) - 1);
 }
 
+/* The int8 activations of v (1..4) consecutive 32-value blocks at a, regrouped
+ * for the nibble kernels (q4_0, q4_1): lo holds the first 16 bytes of each
+ * block, hi the last 16 (the two nibble halves of a weight block); blocks past
+ * v are zero. */
+KVC_AINLINE void kvc_act_blocks4(const int8_t *a, int v, __m512i *lo, __m512i *hi) {
+    __m512i z0, z1;
+    if (v == 4) {
+        z0 = _mm512_loadu_si512(a);
+        z1 = _mm512_loadu_si512(a + 64);
+    } else {
+        z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
+        z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
+    }
+    *lo = _mm512_shuffle_i64x2(z0, z1, 0x88);
+    *hi = _mm512_shuffle_i64x2(z0, z1, 0xdd);
+}
+
 /* Prefetch [p, p + bytes) into the cache ahead of use: the next rows of a
  * streamed weight matrix (DRAM latency is longer than the out-of-order window). */
 KVC_AINLINE void kvc_prefetch_rows(const void *p, size_t bytes) {

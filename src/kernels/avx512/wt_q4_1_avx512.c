@@ -80,16 +80,8 @@ KVC_AINLINE void q4_1_rows(const uint8_t *w, size_t stride, const void *act, int
         for (int c = 0; c < gl; c += 4) {
             const int v = gl - c < 4 ? gl - c : 4;
             const int8_t *a = qa + (g0 + c) * KVC_QK;
-            __m512i z0, z1;
-            if (v == 4) {
-                z0 = _mm512_loadu_si512(a);
-                z1 = _mm512_loadu_si512(a + 64);
-            } else {
-                z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
-                z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
-            }
-            const __m512i alo = _mm512_shuffle_i64x2(z0, z1, 0x88);
-            const __m512i ahi = _mm512_shuffle_i64x2(z0, z1, 0xdd);
+            __m512i alo, ahi;
+            kvc_act_blocks4(a, v, &alo, &ahi);
             const __m512i sidx = _mm512_add_epi32(sidx0, _mm512_set1_epi32(c));
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
@@ -202,16 +194,7 @@ static void q4_1_batch_tokens(q4_1_unpacked u, int rows, int64_t nb, int64_t n, 
 #pragma GCC unroll 2
             for (int k = 0; k < 2; k++) {
                 const int8_t *a = kvc_act_q(act[k]) + (g0 + c) * KVC_QK;
-                __m512i z0, z1;
-                if (v == 4) {
-                    z0 = _mm512_loadu_si512(a);
-                    z1 = _mm512_loadu_si512(a + 64);
-                } else {
-                    z0 = _mm512_maskz_loadu_epi8(kvc_mask64(32 * v), a);
-                    z1 = _mm512_maskz_loadu_epi8(kvc_mask64(v > 2 ? 32 * v - 64 : 0), a + 64);
-                }
-                alo[k] = _mm512_shuffle_i64x2(z0, z1, 0x88);
-                ahi[k] = _mm512_shuffle_i64x2(z0, z1, 0xdd);
+                kvc_act_blocks4(a, v, &alo[k], &ahi[k]);
                 da4[k] = _mm512_permutexvar_ps(sidx, da16[k]);
             }
 #pragma GCC unroll 4
