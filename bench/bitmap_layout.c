@@ -6,7 +6,7 @@
  *
  * Build and run (not part of the CMake build; a measurement, not a test):
  *   gcc -O2 -std=gnu11 -march=native -Iinclude -Isrc bench/bitmap_layout.c \
- *       src/kv/codec/bitmap.c src/kv/method/mustafar_prune.c src/base/cpu.c \
+ *       src/kv/codec/bitmap.c src/kv/codec/prune.c src/base/cpu.c \
  *       src/base/status.c src/kernels/avx512/kv_bitmap_avx512.c \
  *       src/kernels/avx2/kv_bitmap_avx2.c -lm -lpthread -o /tmp/bitmap_layout
  *   /tmp/bitmap_layout [tokens] */
@@ -17,7 +17,7 @@
 #include <time.h>
 
 #include "kv/codec/bitmap.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 #define D 64
 #define G 3

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/model/tokenizer_unicode.c: the Unicode category table the
+"""Generates src/tokenizer/unicode.c: the Unicode category table the
 tokenizer's pre-tokenizers use (\\p{L}, \\p{N}, \\p{P}, \\s ... of the GPT-2,
 Llama-3 and Qwen2 split patterns), from Python's unicodedata.
 
@@ -15,11 +15,11 @@ The Unicode version matters for code points assigned late: llama.cpp's table
 has in Python 3.13; the unicodedata2 package (the same module, newer data)
 gives it on any Python:
     python3 -m pip install --target /tmp/ud2 unicodedata2==15.1.0
-    PYTHONPATH=/tmp/ud2 python3 scripts/gen_tokenizer_unicode.py > src/model/tokenizer_unicode.c
+    PYTHONPATH=/tmp/ud2 python3 scripts/gen_tokenizer_unicode.py > src/tokenizer/unicode.c
 Without it the standard unicodedata is used (and the version is written into
 the file's header).
 
-Usage: python3 scripts/gen_tokenizer_unicode.py > src/model/tokenizer_unicode.c
+Usage: python3 scripts/gen_tokenizer_unicode.py > src/tokenizer/unicode.c
 """
 import sys
 
@@ -56,7 +56,7 @@ def main():
     out.write(" * Unicode %s; do not edit). One flag per code point: KVC_UCAT_* in\n" % unicodedata.unidata_version)
     out.write(" * tokenizer_impl.h. Ranges are (start << 8 | flag), sorted by start; a range\n")
     out.write(" * ends where the next begins. */\n")
-    out.write('#include "model/tokenizer_impl.h"\n\n')
+    out.write('#include "tokenizer/tokenizer_impl.h"\n\n')
     out.write("/* clang-format off */\n")
     out.write("const uint8_t kvc_ucat_latin1[256] = {\n")
     for i in range(0, 256, 16):

@@ -15,7 +15,7 @@
 
 #include "gguf/gguf.h"
 #include "kvcomp.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 struct kvc_pool;
 struct kvc_cache;
@@ -79,6 +79,10 @@ struct kvc_model {
     char name[128];
     uint64_t n_params, weight_bytes;
 };
+
+/* The model's tokenizer (model_load.c), for tools and tests that work on the
+ * tokenizer itself. */
+const kvc_tokenizer *kvc_model_tokenizer(const struct kvc_model *m);
 
 /* ---- forward pass (llama.c) ---------------------------------------------- */
 

@@ -19,7 +19,7 @@
 
 #include "base/cpu.h"
 #include "kv/codec/bitmap.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void) {

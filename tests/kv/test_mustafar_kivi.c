@@ -20,7 +20,7 @@
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
 #include "kv/codec/bitmap_quant.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 #include "kv/synth.h"
 
 static uint64_t rng = 77;

@@ -18,7 +18,7 @@
 #include "base/f16.h"
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 #include "kv/synth.h"
 
 static uint64_t rng = 5;

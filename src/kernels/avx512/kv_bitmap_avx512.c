@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kv/codec/bitmap.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -176,7 +176,7 @@ void kvc_pv_bitmap_f16_avx512(const kvc_bitmap_view *v, int n, const float *p, i
     }
 }
 
-/* Top-k pruning mask (kvc_prune_topk, mustafar_prune.c) without a sort: the
+/* Top-k pruning mask (kvc_prune_topk, src/kv/codec/prune.c) without a sort: the
  * keep-th largest |score| bit pattern is found from the top bit down, two
  * bits per round of vector compare-and-count, then the values above it and the
  * lowest-index ties fill the mask. Same result as the reference. */

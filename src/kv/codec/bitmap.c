@@ -11,7 +11,7 @@
 
 #include "base/cpu.h"
 #include "base/status.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
     int nt = kvc_bitmap_tiles(d), w = 0;

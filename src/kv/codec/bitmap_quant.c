@@ -18,7 +18,7 @@
 #include "base/status.h"
 #include "kv/codec/bitmap.h"
 #include "kv/codec/quant.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 typedef struct bq_blob {
     int n, d, keep, nt, bits, group, wpt, gpt; /* gpt: V groups per token */

@@ -10,7 +10,7 @@
 #include "base/f16.h"
 #include "base/status.h"
 #include "kv/codec/dense.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 /* One allocation: this header, ch [ngroups][keep], rows [n][keep]. */
 typedef struct cp_blob {

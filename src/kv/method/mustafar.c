@@ -21,7 +21,7 @@
 #include "kv/codec/dense.h"
 #include "kv/codec/quant.h"
 #include "kv/method/method.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 typedef struct mustafar_cfg {
     float k, v;   /* target sparsities */

@@ -21,7 +21,7 @@
 #include "kv/codec/chanprune.h"
 #include "kv/codec/dense.h"
 #include "kv/method/method.h"
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 typedef struct think_cfg {
     float ratio; /* fraction of key channels pruned */

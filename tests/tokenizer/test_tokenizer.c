@@ -29,8 +29,9 @@
 #include <cmocka.h>
 
 #include "gguf/gguf.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_impl.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
 
 /* ---- helpers ------------------------------------------------------------------ */
 

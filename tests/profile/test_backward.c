@@ -1,4 +1,4 @@
-/* The KVmix profiler's backward pass (src/model/backward.c) against finite
+/* The KVmix profiler's backward pass (src/profile/backward.c) against finite
  * differences: every coordinate of W_k and W_v of a tiny random model (llama
  * layout, and qwen2 layout with biases and NEOX rope), and the largest-gradient
  * coordinates of a few layers of the real default model. Also: the per-layer
@@ -22,7 +22,7 @@
 #include <cmocka.h>
 
 #include "kvcomp.h"
-#include "model/backward.h"
+#include "profile/backward.h"
 #include "model/wtype.h"
 
 static uint64_t rng = 2024;

@@ -5,7 +5,7 @@
  * distinct, larger means "keep first", and the k-th largest key found by
  * quickselect is the threshold. Integer keys give a total order (NaN included)
  * so the mask never depends on floating-point comparison quirks. */
-#include "kv/method/mustafar_prune.h"
+#include "kv/codec/prune.h"
 
 #include <assert.h>
 #include <math.h>

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 typedef struct str {
     char *p;
@@ -254,12 +254,4 @@ kvc_status kvc_tokenizer_chat_apply(const kvc_tokenizer *t, const kvc_chat_msg *
                                     int add_assistant_prompt, char **out) {
     KVC_CHECK(t, KVC_ERR_ARG, "chat_apply: no tokenizer (model not loaded?)");
     return kvc_chat_format(t->chat_template, msgs, n_msgs, add_assistant_prompt, out);
-}
-
-kvc_status kvc_chat_apply(const kvc_model *m, const kvc_chat_msg *msgs, int n_msgs,
-                          int add_assistant_prompt, char **out) {
-    if (out) *out = NULL;
-    KVC_CHECK(m, KVC_ERR_ARG, "chat_apply: model is NULL");
-    return kvc_tokenizer_chat_apply(kvc_model_tokenizer(m), msgs, n_msgs, add_assistant_prompt,
-                                    out);
 }

@@ -3,22 +3,22 @@
  * category table and the per-algorithm encoders. Behaviour follows llama.cpp's
  * llama-vocab.cpp / unicode.cpp (the GGUF reference), re-implemented in C.
  *
- *   tokenizer_load.c     metadata -> struct kvc_tokenizer (vocab, merges, pieces)
- *   tokenizer_special.c  end-of-generation and other special tokens
- *   tokenizer_unicode.c  generated category table (scripts/gen_tokenizer_unicode.py)
- *   tokenizer_utf8.c     llama.cpp-compatible UTF-8 decoding, category lookup
- *   tokenizer_pretok.c   GPT-2 / Llama-3 / Qwen2 / SmolLM / default split patterns
- *   tokenizer_bpe.c      byte-level BPE (rank-ordered merges with a binary heap)
- *   tokenizer_spm.c      SentencePiece BPE (score-ordered merges, byte fallback)
- *   tokenizer_encode.c   special-token partition, BOS/EOS, public kvc_tokenize
- *   tokenizer_decode.c   token pieces, incremental detokenizer */
-#ifndef KVC_MODEL_TOKENIZER_IMPL_H
-#define KVC_MODEL_TOKENIZER_IMPL_H
+ *   load.c               metadata -> struct kvc_tokenizer (vocab, merges, pieces)
+ *   special.c            end-of-generation and other special tokens
+ *   unicode.c            generated category table (scripts/gen_tokenizer_unicode.py)
+ *   utf8.c               llama.cpp-compatible UTF-8 decoding, category lookup
+ *   pretok.c             GPT-2 / Llama-3 / Qwen2 / SmolLM / default split patterns
+ *   bpe.c                byte-level BPE (rank-ordered merges with a binary heap)
+ *   spm.c                SentencePiece BPE (score-ordered merges, byte fallback)
+ *   encode.c             special-token partition, BOS/EOS, public kvc_tokenize
+ *   decode.c             token pieces, incremental detokenizer */
+#ifndef KVC_TOKENIZER_TOKENIZER_IMPL_H
+#define KVC_TOKENIZER_TOKENIZER_IMPL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* ---- Unicode categories (one flag per code point, as llama.cpp groups them) */
 enum {
@@ -124,7 +124,7 @@ struct kvc_tokenizer {
 /* Id of the string s[0..len) or -1. */
 int32_t kvc_tok_lookup(const kvc_tokenizer *t, const char *s, size_t len);
 
-/* Load steps (tokenizer_special.c): find end-of-turn / FIM tokens by text
+/* Load steps (special.c): find end-of-turn / FIM tokens by text
  * (fim[6]: pre, suf, mid, pad, rep, sep ids or -1), fill eog[] and the
  * attributes; then build the longest-first partition list. */
 void kvc_tok_detect_specials(kvc_tokenizer *t, int32_t fim[6]);

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 kvc_status kvc_tokbuf_push(kvc_tokbuf *b, int32_t tok) {
     if (b->n == b->cap) {
@@ -173,24 +173,4 @@ int32_t kvc_tokenizer_eos(const kvc_tokenizer *t) {
 }
 int kvc_tokenizer_is_end(const kvc_tokenizer *t, int32_t tok) {
     return t && tok >= 0 && tok < t->n_vocab && t->eog[tok];
-}
-
-/* ---- public wrappers ---------------------------------------------------------- */
-
-kvc_status kvc_tokenize(const kvc_model *m, const char *text, size_t len, int add_bos,
-                        int parse_special, int32_t *tokens, int cap, int *n_out) {
-    if (n_out) *n_out = 0;
-    KVC_CHECK(m, KVC_ERR_ARG, "tokenize: model is NULL");
-    return kvc_tokenizer_tokenize(kvc_model_tokenizer(m), text, len, add_bos, parse_special, tokens,
-                                  cap, n_out);
-}
-
-int32_t kvc_token_bos(const kvc_model *m) {
-    return m ? kvc_tokenizer_bos(kvc_model_tokenizer(m)) : -1;
-}
-int32_t kvc_token_eos(const kvc_model *m) {
-    return m ? kvc_tokenizer_eos(kvc_model_tokenizer(m)) : -1;
-}
-int kvc_token_is_end(const kvc_model *m, int32_t token) {
-    return m ? kvc_tokenizer_is_end(kvc_model_tokenizer(m), token) : 0;
 }

@@ -18,8 +18,8 @@
 #include <cmocka.h>
 
 #include "gguf/gguf.h"
-#include "model/tokenizer.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_impl.h"
 
 /* ---- in-memory GGUF (metadata only) -------------------------------------------- */
 

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 static int32_t find_text(const kvc_tokenizer *t, const char *const *texts) {
     int32_t best = -1; /* lowest id among the matches (llama.cpp's pick depends on hash order) */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 int kvc_tokenizer_piece(const kvc_tokenizer *t, int32_t token, int show_special, char *buf,
                         int cap) {
@@ -21,10 +21,6 @@ int kvc_tokenizer_piece(const kvc_tokenizer *t, int32_t token, int show_special,
     if (n > (uint32_t)cap) n = (uint32_t)cap;
     memcpy(buf, t->piece_arena + t->piece_off[token], n);
     return (int)n;
-}
-
-int kvc_token_piece(const kvc_model *m, int32_t token, int show_special, char *buf, int cap) {
-    return m ? kvc_tokenizer_piece(kvc_model_tokenizer(m), token, show_special, buf, cap) : -1;
 }
 
 /* ---- incremental detokenizer ------------------------------------------------- */
@@ -44,12 +40,6 @@ kvc_status kvc_detok_create_tok(const kvc_tokenizer *t, kvc_detok **out) {
     d->t = t;
     *out = d;
     return KVC_OK;
-}
-
-kvc_status kvc_detok_create(const kvc_model *m, kvc_detok **out) {
-    if (out) *out = NULL;
-    KVC_CHECK(m, KVC_ERR_ARG, "detok_create: model is NULL");
-    return kvc_detok_create_tok(kvc_model_tokenizer(m), out);
 }
 
 void kvc_detok_free(kvc_detok *d) {

@@ -8,7 +8,7 @@
  * dL/dW_v = dV^T X (X the normed block input, dK the gradient of the pre-RoPE
  * keys) to take their Frobenius norms. Products are OpenBLAS sgemm calls on
  * weights dequantised once to f32. */
-#include "model/backward.h"
+#include "profile/backward.h"
 
 #include <cblas.h>
 #include <math.h>

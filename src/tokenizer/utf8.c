@@ -3,8 +3,8 @@
  * invalid input splits into the same words: a byte that does not start a
  * complete sequence becomes U+FFFD and consumes one byte; overlong forms and
  * surrogates are not rejected. Categories come from the generated table in
- * tokenizer_unicode.c; White_Space (Unicode PropList) is the fixed set below. */
-#include "model/tokenizer_impl.h"
+ * unicode.c; White_Space (Unicode PropList) is the fixed set below. */
+#include "tokenizer/tokenizer_impl.h"
 
 static int is_white_space(uint32_t cp) {
     if (cp <= 0x20) return cp == 0x20 || (cp >= 0x09 && cp <= 0x0D);

@@ -2,9 +2,9 @@
  * style, with the pre-tokenizer of each supported family: SmolLM, Llama-3,
  * Qwen2) and SentencePiece BPE (Llama-2, Mistral). The public functions in
  * kvcomp.h (kvc_tokenize, kvc_token_piece, kvc_detok_*, kvc_chat_apply) are
- * thin wrappers over this, reached through kvc_model_tokenizer(). */
-#ifndef KVC_MODEL_TOKENIZER_H
-#define KVC_MODEL_TOKENIZER_H
+ * thin wrappers over this in src/model/tokens.c. */
+#ifndef KVC_TOKENIZER_TOKENIZER_H
+#define KVC_TOKENIZER_TOKENIZER_H
 
 #include "gguf/gguf.h"
 #include "kvcomp.h"
@@ -17,10 +17,6 @@ typedef struct kvc_tokenizer kvc_tokenizer;
 kvc_status kvc_tokenizer_load(const kvc_gguf *g, kvc_tokenizer **out);
 void kvc_tokenizer_free(kvc_tokenizer *t);
 int kvc_tokenizer_n_vocab(const kvc_tokenizer *t);
-
-/* The model's tokenizer (defined with the model, src/model/model_load.c). */
-struct kvc_model;
-const kvc_tokenizer *kvc_model_tokenizer(const struct kvc_model *m);
 
 /* The same operations as the public kvc_tokenize / kvc_token_* / kvc_detok_* /
  * kvc_chat_apply, on a tokenizer rather than a model (tests build tokenizers

@@ -12,7 +12,7 @@
 #include "base/progress.h"
 #include "base/status.h"
 #include "kv/method/kvmix_profile.h"
-#include "model/backward.h"
+#include "profile/backward.h"
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9e3779b97f4a7c15ull);

@@ -2,8 +2,8 @@
  * exactly round((1 - s) * D) of its D elements, chosen by magnitude (§2.1, §2.2)
  * or, for K, by the output-aware score |k| ⊙ Σ|q| (§2.1, Figure 3). The result
  * is a bitmap of kept channels, the input of the bitmap tile codec. */
-#ifndef KVC_KV_METHOD_MUSTAFAR_PRUNE_H
-#define KVC_KV_METHOD_MUSTAFAR_PRUNE_H
+#ifndef KVC_KV_CODEC_PRUNE_H
+#define KVC_KV_CODEC_PRUNE_H
 
 #include <stdint.h>
 

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 /* ---- interned strings ------------------------------------------------------ */
 

@@ -6,8 +6,8 @@
  * ||dL/dW_k||_F and ||dL/dW_v||_F. Weights are dequantised to f32 once; all
  * products go through OpenBLAS sgemm. Independent of the KV cache (attention
  * here is dense and exact). */
-#ifndef KVC_MODEL_BACKWARD_H
-#define KVC_MODEL_BACKWARD_H
+#ifndef KVC_PROFILE_BACKWARD_H
+#define KVC_PROFILE_BACKWARD_H
 
 #include <stdint.h>
 

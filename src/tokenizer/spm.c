@@ -9,7 +9,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 typedef struct sym {
     int32_t prev, next;

@@ -3,7 +3,7 @@
  * Unicode 15.1.0; do not edit). One flag per code point: KVC_UCAT_* in
  * tokenizer_impl.h. Ranges are (start << 8 | flag), sorted by start; a range
  * ends where the next begins. */
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 /* clang-format off */
 const uint8_t kvc_ucat_latin1[256] = {

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 typedef struct sym {
     int32_t prev, next;

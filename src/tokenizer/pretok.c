@@ -14,7 +14,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "model/tokenizer_impl.h"
+#include "tokenizer/tokenizer_impl.h"
 
 #define OOR 0xFFFFFFFFu /* "no code point here" (outside the current word) */
 
