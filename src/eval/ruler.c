@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "base/status.h"
 
 static const char *const task_names[KVC_RULER_N_TASKS] = {
@@ -32,16 +33,9 @@ kvc_status kvc_ruler_task_parse(const char *name, kvc_ruler_task *out) {
                     name);
 }
 
-/* ---- random numbers: splitmix64 --------------------------------------------- */
+/* ---- random numbers (base/rng.h) -------------------------------------------- */
 
-static uint64_t rng_next(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static uint64_t rng_below(uint64_t *s, uint64_t n) { return rng_next(s) % n; }
-static double rng_unit(uint64_t *s) { return (double)(rng_next(s) >> 11) * 0x1.0p-53; }
+static uint64_t rng_below(uint64_t *s, uint64_t n) { return kvc_rng_next(s) % n; }
 
 /* ---- a growable string -------------------------------------------------------- */
 
@@ -203,7 +197,7 @@ static const char niah_head[] =
 static void make_plan(const kvc_ruler_haystack *h, kvc_ruler_task task, uint64_t seed, int index,
                       plan *p, kvc_ruler_sample *s) {
     uint64_t rng = seed * 0x2545f4914f6cdd1dull ^ ((uint64_t)task << 56) ^ (uint64_t)index;
-    rng_next(&rng);
+    kvc_rng_next(&rng);
     memset(p, 0, sizeof *p);
     p->task = task;
     p->start = h->para[rng_below(&rng, (uint64_t)h->n_para)];
@@ -282,7 +276,7 @@ static void make_plan(const kvc_ruler_haystack *h, kvc_ruler_task task, uint64_t
         break;
     }
     }
-    for (int i = 0; i < p->n_needles; i++) p->depth[i] = rng_unit(&rng);
+    for (int i = 0; i < p->n_needles; i++) p->depth[i] = kvc_rng_unit(&rng);
     if (task == KVC_RULER_VT) { /* the chain reads in order: sort depths ascending */
         for (int i = 1; i < p->n_needles; i++)
             for (int j = i; j > 0 && p->depth[j] < p->depth[j - 1]; j--) {

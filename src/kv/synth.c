@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/rng.h"
 #include "base/status.h"
 #include "kv/cache_impl.h"
 
@@ -36,14 +37,6 @@ kvc_status kvc_cache_load_random(kvc_cache *c, int layer, int64_t n, uint64_t se
     return st;
 }
 
-/* splitmix64: a counter-based generator, so any token range is reproducible. */
-static uint64_t mix(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    return x ^ (x >> 31);
-}
-
 /* Approximately standard normal from one 64-bit draw (sum of 4 uniforms, scaled). */
 static float gauss(uint64_t r) {
     float s = 0.0f;
@@ -55,12 +48,12 @@ void kvc_synth_kv(int n_kv, int dim, int64_t t0, int64_t n, uint64_t seed, float
     for (int64_t t = 0; t < n; t++)
         for (int h = 0; h < n_kv; h++)
             for (int j = 0; j < dim; j++) {
-                uint64_t base = mix(seed ^ mix(((uint64_t)(t0 + t) << 20) ^ ((uint64_t)h << 12) ^ (uint64_t)j));
+                uint64_t base = kvc_rng_mix(seed ^ kvc_rng_mix(((uint64_t)(t0 + t) << 20) ^ ((uint64_t)h << 12) ^ (uint64_t)j));
                 /* per-channel scale: a few outlier channels in K (as KIVI observes) */
-                uint64_t ch = mix(seed ^ 0x5bd1e995u ^ ((uint64_t)h << 12) ^ (uint64_t)j);
+                uint64_t ch = kvc_rng_mix(seed ^ 0x5bd1e995u ^ ((uint64_t)h << 12) ^ (uint64_t)j);
                 float kscale = (ch & 15) == 0 ? 8.0f : 0.5f + (float)(ch >> 60) * 0.1f;
                 size_t at = ((size_t)t * n_kv + h) * dim + j;
                 if (k) k[at] = kscale * gauss(base);
-                if (v) v[at] = gauss(mix(base));
+                if (v) v[at] = gauss(kvc_rng_mix(base));
             }
 }

@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/rng.h"
 #include "base/status.h"
 #include "kvcomp.h"
 
@@ -47,13 +48,6 @@ void kvc_sampler_free(kvc_sampler *s) {
     if (!s) return;
     free(s->c);
     free(s);
-}
-
-static uint64_t splitmix64(uint64_t *state) {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
 }
 
 static int by_logit_desc(const void *a, const void *b) {
@@ -135,7 +129,7 @@ int32_t kvc_sampler_sample(kvc_sampler *s, const float *logits) {
     /* temperature, then draw */
     double z = 0.0;
     for (int i = 0; i < nc; i++) z += exp(((double)c[i].logit - c[0].logit) / s->p.temp);
-    double u = (double)(splitmix64(&s->rng) >> 11) * (1.0 / 9007199254740992.0) * z;
+    double u = kvc_rng_unit(&s->rng) * z;
     double acc = 0.0;
     for (int i = 0; i < nc; i++) {
         acc += exp(((double)c[i].logit - c[0].logit) / s->p.temp);

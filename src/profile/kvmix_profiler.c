@@ -10,16 +10,10 @@
 
 #include "base/json.h"
 #include "base/progress.h"
+#include "base/rng.h"
 #include "base/status.h"
 #include "kv/method/kvmix_profile.h"
 #include "profile/backward.h"
-
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
 
 static const double *rank_key;
 static int by_desc(const void *a, const void *b) {
@@ -138,7 +132,7 @@ kvc_status kvc_profile_kvmix(const kvc_model *m, const char *text, size_t len,
             /* one window inside slice i of the text (slices overlap only when the text is short) */
             int64_t span = (int64_t)n_tok - body; /* possible starts: [0, span] */
             int64_t lo = span * i / n_prompts, hi = span * (i + 1) / n_prompts;
-            int64_t off = lo + (int64_t)(splitmix(&seed) % (uint64_t)(hi - lo + 1));
+            int64_t off = lo + (int64_t)(kvc_rng_next(&seed) % (uint64_t)(hi - lo + 1));
             int np = 0;
             if (bos >= 0) prompt[np++] = bos;
             memcpy(prompt + np, toks + off, sizeof(int32_t) * (size_t)body);

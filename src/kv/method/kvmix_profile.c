@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rng.h"
 #include "base/status.h"
 
 enum { MAX_FILE = 1 << 20, MAX_LINE = 1024, MAX_FIELDS = 16 };
@@ -367,13 +368,6 @@ kvc_status kvc_kvmix_profile_from_scores(int n_layers, const double *k_score,
     return KVC_OK;
 }
 
-static uint64_t splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 kvc_status kvc_kvmix_profile_random(int n_layers, const kvc_kvmix_rule *rule, uint64_t seed,
                                     const char *model, kvc_kvmix_profile **out) {
     *out = NULL;
@@ -390,9 +384,9 @@ kvc_status kvc_kvmix_profile_random(int n_layers, const kvc_kvmix_rule *rule, ui
     uint64_t seed0 = seed;
     for (int i = 0; i < n_layers; i++) ko[i] = vo[i] = i;
     for (int i = n_layers - 1; i > 0; i--) { /* Fisher-Yates, K and V independently */
-        int j = (int)(splitmix(&seed) % (uint64_t)(i + 1)), t = ko[i];
+        int j = (int)(kvc_rng_next(&seed) % (uint64_t)(i + 1)), t = ko[i];
         ko[i] = ko[j], ko[j] = t;
-        j = (int)(splitmix(&seed) % (uint64_t)(i + 1)), t = vo[i];
+        j = (int)(kvc_rng_next(&seed) % (uint64_t)(i + 1)), t = vo[i];
         vo[i] = vo[j], vo[j] = t;
     }
     assign(p, ko, vo, rule);
