@@ -10,7 +10,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include <immintrin.h>
 
 /* Spin this many pauses before yielding the core (waiting for workers) or
  * sleeping (waiting for a job): short enough that an oversubscribed machine
@@ -49,7 +48,7 @@ static int wait_for_job(kvc_pool *p, int seen) {
     for (int i = 0; i < SPIN_ITERS; i++) {
         int g = atomic_load_explicit(&p->generation, memory_order_acquire);
         if (g != seen || atomic_load(&p->stop)) return g;
-        _mm_pause();
+        __builtin_ia32_pause(); /* PAUSE: SSE2, every x86-64 */
     }
     pthread_mutex_lock(&p->mu);
     atomic_fetch_add(&p->sleepers, 1);
@@ -144,7 +143,7 @@ void kvc_pool_run(kvc_pool *p, int n_tasks, kvc_task_fn fn, void *ctx) {
     run_tasks(p, 0);
     for (int spins = 0;
          atomic_load_explicit(&p->done_workers, memory_order_acquire) < p->n_threads - 1; spins++) {
-        if (spins < SPIN_ITERS) _mm_pause();
+        if (spins < SPIN_ITERS) __builtin_ia32_pause();
         else sched_yield(); /* a worker was descheduled: give it the core */
     }
 }

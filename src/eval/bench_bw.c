@@ -1,11 +1,10 @@
 /* Read-bandwidth benchmark (see bench_bw.h). The summing loops are the only
- * code here that needs an instruction set: they are written per ISA with
- * target attributes (one function each, no #if ladder) and picked once by
+ * code that needs an instruction set: the portable one is here, the AVX2 and
+ * AVX-512 ones are kernels (src/kernels/<isa>/bw_sum_<isa>.c), picked by
  * kvc_active_isa(), so `bench bw` measures what the attention kernels could
  * reach with the same loads. */
 #include "eval/bench_bw.h"
 
-#include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,14 +12,13 @@
 #include "base/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
+#include "eval/bw_kernels.h"
 
 #define TASK_BYTES ((size_t)64 << 20)
 
-typedef uint64_t sum_fn(const char *p, size_t n); /* n: a multiple of 256 */
-
 typedef uint64_t v2u __attribute__((vector_size(16)));
 
-static uint64_t sum_generic(const char *p, size_t n) {
+uint64_t kvc_bw_sum_ref(const char *p, size_t n) {
     v2u a = {0}, b = {0}, c = {0}, d = {0};
     const v2u *v = (const v2u *)p;
     for (size_t i = 0; i < n / 16; i += 4) {
@@ -33,38 +31,10 @@ static uint64_t sum_generic(const char *p, size_t n) {
     return a[0] + a[1];
 }
 
-__attribute__((target("avx2"))) static uint64_t sum_avx2(const char *p, size_t n) {
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (size_t i = 0; i < n; i += 128) {
-        a = _mm256_add_epi64(a, _mm256_load_si256((const __m256i *)(p + i)));
-        b = _mm256_add_epi64(b, _mm256_load_si256((const __m256i *)(p + i + 32)));
-        c = _mm256_add_epi64(c, _mm256_load_si256((const __m256i *)(p + i + 64)));
-        d = _mm256_add_epi64(d, _mm256_load_si256((const __m256i *)(p + i + 96)));
-    }
-    a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-    uint64_t t[4];
-    _mm256_storeu_si256((__m256i *)t, a);
-    return t[0] + t[1] + t[2] + t[3];
-}
-
-__attribute__((target("avx512f"))) static uint64_t sum_avx512(const char *p, size_t n) {
-    __m512i a = _mm512_setzero_si512(), b = a, c = a, d = a;
-    for (size_t i = 0; i < n; i += 256) {
-        a = _mm512_add_epi64(a, _mm512_load_si512(p + i));
-        b = _mm512_add_epi64(b, _mm512_load_si512(p + i + 64));
-        c = _mm512_add_epi64(c, _mm512_load_si512(p + i + 128));
-        d = _mm512_add_epi64(d, _mm512_load_si512(p + i + 192));
-    }
-    a = _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d));
-    uint64_t t[8]; /* not _mm512_reduce_add_epi64: its signed adds may overflow (UB) */
-    _mm512_storeu_si512(t, a);
-    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-}
-
 typedef struct bw_job {
     const char *buf;
     size_t bytes;
-    sum_fn *fn;
+    kvc_bw_sum_fn *fn;
     uint64_t sums[256]; /* per thread, so the loads cannot be optimised away */
 } bw_job;
 
@@ -107,7 +77,9 @@ kvc_status kvc_bench_bw(size_t bytes, int runs, int n_threads, int cpu_clock,
         return kvc_fail(KVC_ERR_NOMEM, "bench bw: cannot allocate %zu bytes", bytes);
     }
     kvc_isa isa = kvc_active_isa();
-    j->fn = isa == KVC_ISA_AVX512 ? sum_avx512 : isa == KVC_ISA_AVX2 ? sum_avx2 : sum_generic;
+    j->fn = isa == KVC_ISA_AVX512 ? kvc_bw_sum_avx512
+            : isa == KVC_ISA_AVX2 ? kvc_bw_sum_avx2
+                                  : kvc_bw_sum_ref;
     j->buf = buf;
     j->bytes = bytes;
     int n_tasks = (int)(bytes / TASK_BYTES);

@@ -2,8 +2,9 @@
  * and bytes per block for every id ggml defines (ggml.h `enum ggml_type`,
  * block structs in ggml-common.h). The reader needs it to check each tensor's
  * byte size against the file, including types kvcomp has no kernels for; the
- * weight kernels' own traits table lives in src/model/wtype.h. Ids that ggml
- * removed (4, 5, 31-33, 36-38) are unknown here, as they are to ggml. */
+ * weight traits table (src/model/wtype.c) takes its names and block sizes from
+ * here, so there is one list. Ids that ggml removed (4, 5, 31-33, 36-38) are
+ * unknown here, as they are to ggml. */
 #include "gguf/gguf.h"
 
 #include <assert.h>

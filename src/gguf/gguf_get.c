@@ -1,21 +1,10 @@
 /* Typed getters over parsed GGUF metadata: integers of any width convert when
  * the value fits the requested type; a present key of the wrong type, or an
- * absent key, is KVC_ERR_FORMAT naming the key. Also the value-type names. */
+ * absent key, is KVC_ERR_FORMAT naming the key. */
 #include <inttypes.h>
 
 #include "base/status.h"
 #include "gguf/gguf.h"
-
-const char *kvc_gguf_vtype_name(kvc_gguf_vtype t) {
-    static const char *const names[] = {
-        [KVC_GGUF_U8] = "u8",       [KVC_GGUF_I8] = "i8",     [KVC_GGUF_U16] = "u16",
-        [KVC_GGUF_I16] = "i16",     [KVC_GGUF_U32] = "u32",   [KVC_GGUF_I32] = "i32",
-        [KVC_GGUF_F32] = "f32",     [KVC_GGUF_BOOL] = "bool", [KVC_GGUF_STRING] = "string",
-        [KVC_GGUF_ARRAY] = "array", [KVC_GGUF_U64] = "u64",   [KVC_GGUF_I64] = "i64",
-        [KVC_GGUF_F64] = "f64",
-    };
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
-}
 
 static int is_unsigned(kvc_gguf_vtype t) {
     return t == KVC_GGUF_U8 || t == KVC_GGUF_U16 || t == KVC_GGUF_U32 || t == KVC_GGUF_U64;

@@ -200,6 +200,17 @@ static kvc_status rd_str(parser *ps, const char *what, kvc_gguf_str *out) {
 /* ---- metadata values ------------------------------------------------------ */
 
 /* Bytes of a scalar value; 0 for string and array. */
+const char *kvc_gguf_vtype_name(kvc_gguf_vtype t) {
+    static const char *const names[] = {
+        [KVC_GGUF_U8] = "u8",       [KVC_GGUF_I8] = "i8",     [KVC_GGUF_U16] = "u16",
+        [KVC_GGUF_I16] = "i16",     [KVC_GGUF_U32] = "u32",   [KVC_GGUF_I32] = "i32",
+        [KVC_GGUF_F32] = "f32",     [KVC_GGUF_BOOL] = "bool", [KVC_GGUF_STRING] = "string",
+        [KVC_GGUF_ARRAY] = "array", [KVC_GGUF_U64] = "u64",   [KVC_GGUF_I64] = "i64",
+        [KVC_GGUF_F64] = "f64",
+    };
+    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "unknown";
+}
+
 static size_t scalar_bytes(uint32_t t) {
     static const uint8_t sz[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
     return t < 13 ? sz[t] : 0;

@@ -5,14 +5,12 @@
  * block for the offset terms; Q8_K (blocks of 256) serves the k-quants and
  * stores sums of 16 for their mins. Layouts are in wtype.h. Rounding is
  * lrintf (to nearest even) of x*(127/amax), so SIMD variants that use
- * cvtps2dq produce identical buffers. */
+ * cvtps2dq produce identical buffers. The active variants and the dispatching
+ * kvc_act_prepare are in the registry, wtype.c. */
 #include "model/wt_kernels.h"
 
 #include <math.h>
 #include <string.h>
-
-kvc_act_fn kvc_act_q8_0_active = kvc_act_q8_0_ref;
-kvc_act_fn kvc_act_q8_k_active = kvc_act_q8_k_ref;
 
 /* Quantise one block of `len` values; returns the scale, writes q and the sum of q. */
 static float quant_block(const float *x, int len, int8_t *q, int32_t *sum) {
@@ -79,21 +77,6 @@ void kvc_act_prepare_ref(kvc_act_fmt fmt, const float *x, void *buf, int64_t n) 
         break;
     case KVC_ACT_Q8_K:
         kvc_act_q8_k_ref(x, buf, n);
-        break;
-    }
-}
-
-void kvc_act_prepare(kvc_act_fmt fmt, const float *x, void *buf, int64_t n) {
-    kvc_wt_init(); /* make sure the SIMD variants are registered */
-    switch (fmt) {
-    case KVC_ACT_F32:
-        memcpy(buf, x, (size_t)n * sizeof(float));
-        break;
-    case KVC_ACT_Q8_0:
-        kvc_act_q8_0_active(x, buf, n);
-        break;
-    case KVC_ACT_Q8_K:
-        kvc_act_q8_k_active(x, buf, n);
         break;
     }
 }

@@ -139,7 +139,8 @@ void kvc_dequant_q6_k_ref(const void *x, float *y, int64_t n);
 float kvc_dot_q6_k_ref(const void *row, const void *act, int64_t n);
 void kvc_quantize_q6_k_ref(const float *x, void *y, int64_t n);
 
-/* Activation preparation (wt_act.c); SIMD variants may replace the active ones. */
+/* Activation preparation: the references (wt_act.c) and the active variants
+ * (wtype.c), which SIMD registration may replace. */
 typedef void (*kvc_act_fn)(const float *x, void *buf, int64_t n);
 void kvc_act_q8_0_ref(const float *x, void *buf, int64_t n);
 void kvc_act_q8_k_ref(const float *x, void *buf, int64_t n);
@@ -156,7 +157,7 @@ void kvc_wt_register_q8_0_avx2(kvc_wtype *table);
 void kvc_wt_register_q4_k_avx2(kvc_wtype *table);
 void kvc_wt_register_q5_k_avx2(kvc_wtype *table);
 void kvc_wt_register_q6_k_avx2(kvc_wtype *table);
-void kvc_wt_register_act_avx2(void);
+void kvc_wt_register_act_avx2(kvc_act_fn *q8_0, kvc_act_fn *q8_k);
 
 void kvc_wt_register_float_avx512(kvc_wtype *table);
 void kvc_wt_register_q4_0_avx512(kvc_wtype *table);
@@ -165,6 +166,6 @@ void kvc_wt_register_q8_0_avx512(kvc_wtype *table);
 void kvc_wt_register_q4_k_avx512(kvc_wtype *table);
 void kvc_wt_register_q5_k_avx512(kvc_wtype *table);
 void kvc_wt_register_q6_k_avx512(kvc_wtype *table);
-void kvc_wt_register_act_avx512(void);
+void kvc_wt_register_act_avx512(kvc_act_fn *q8_0, kvc_act_fn *q8_k);
 
 #endif

@@ -5,8 +5,8 @@
  * BPE, or SentencePiece with spaces escaped to U+2581 and a leading space
  * before the first fragment and after each special token (add_space_prefix).
  * BOS (and EOS when the metadata says add_eos_token) are added when the
- * caller asks and the metadata wants them. Also the public kvc_tokenize and
- * the special-token queries. */
+ * caller asks and the metadata wants them. Also the special-token
+ * queries (the public kvc_tokenize wraps this in src/model/tokens.c). */
 #define _GNU_SOURCE /* memmem */
 #include <limits.h>
 #include <stdlib.h>
@@ -14,18 +14,6 @@
 
 #include "base/status.h"
 #include "tokenizer/tokenizer_impl.h"
-
-kvc_status kvc_tokbuf_push(kvc_tokbuf *b, int32_t tok) {
-    if (b->n == b->cap) {
-        size_t cap = b->cap ? 2 * b->cap : 256;
-        int32_t *v = realloc(b->v, cap * sizeof *v);
-        if (!v) return kvc_fail(KVC_ERR_NOMEM, "tokenizer: output of %zu tokens", cap);
-        b->v = v;
-        b->cap = cap;
-    }
-    b->v[b->n++] = tok;
-    return KVC_OK;
-}
 
 typedef struct frag {
     int32_t tok; /* -1: raw text [off, off + len) */

@@ -25,55 +25,6 @@ typedef struct builder {
     size_t cap_strings;
 } builder;
 
-static uint64_t fnv1a(const char *s, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h ^= (uint8_t)s[i];
-        h *= 1099511628211ull;
-    }
-    return h ^ (h >> 29);
-}
-
-int32_t kvc_tok_lookup(const kvc_tokenizer *t, const char *s, size_t len) {
-    if (!t->smap) return -1;
-    for (uint64_t i = fnv1a(s, len) & t->smap_mask;; i = (i + 1) & t->smap_mask) {
-        uint32_t slot = t->smap[i];
-        if (slot == 0) return -1;
-        uint32_t id = slot - 1;
-        if (t->str_len[id] == len && memcmp(t->arena + t->str_off[id], s, len) == 0)
-            return (int32_t)id;
-    }
-}
-
-/* Points the slot of the string `id` at it (replacing an equal string: the
- * last token with a given text wins, as in llama.cpp). */
-static void smap_put(kvc_tokenizer *t, uint32_t id) {
-    const char *s = t->arena + t->str_off[id];
-    size_t len = t->str_len[id];
-    for (uint64_t i = fnv1a(s, len) & t->smap_mask;; i = (i + 1) & t->smap_mask) {
-        uint32_t slot = t->smap[i];
-        if (slot == 0 ||
-            (t->str_len[slot - 1] == len && memcmp(t->arena + t->str_off[slot - 1], s, len) == 0)) {
-            t->smap[i] = id + 1;
-            return;
-        }
-    }
-}
-
-static kvc_status smap_rebuild(kvc_tokenizer *t, size_t want) {
-    size_t cap = 1024;
-    while (cap < 2 * want)
-        cap *= 2;
-    uint32_t *m = calloc(cap, sizeof *m);
-    if (!m) return kvc_fail(KVC_ERR_NOMEM, "tokenizer: string map of %zu slots", cap);
-    free(t->smap);
-    t->smap = m;
-    t->smap_mask = (uint32_t)(cap - 1);
-    for (int i = 0; i < t->n_strings; i++)
-        smap_put(t, (uint32_t)i);
-    return KVC_OK;
-}
-
 /* Appends a string (not looked up first); returns its id in *id. */
 static kvc_status add_string(builder *b, const char *s, size_t len, int32_t *id) {
     kvc_tokenizer *t = b->t;
@@ -106,8 +57,8 @@ static kvc_status add_string(builder *b, const char *s, size_t len, int32_t *id)
     b->arena_len += len + 1;
     *id = t->n_strings++;
     if ((size_t)t->n_strings * 2 > (size_t)t->smap_mask + 1)
-        return smap_rebuild(t, (size_t)t->n_strings);
-    smap_put(t, (uint32_t)*id);
+        return kvc_tok_smap_rebuild(t, (size_t)t->n_strings);
+    kvc_tok_smap_put(t, (uint32_t)*id);
     return KVC_OK;
 }
 
@@ -389,7 +340,7 @@ static kvc_status load_vocab(builder *bld, const kvc_gguf *g) {
     t->eog = calloc(n, 1);
     if (!t->score || !t->attr || !t->eog)
         return kvc_fail(KVC_ERR_NOMEM, "tokenizer: %llu tokens", (unsigned long long)n);
-    KVC_TRY(smap_rebuild(t, n + 256));
+    KVC_TRY(kvc_tok_smap_rebuild(t, n + 256));
     for (uint64_t i = 0; i < n; i++) {
         const kvc_gguf_value *v = &toks->arr.items[i];
         KVC_CHECK(v->type == KVC_GGUF_STRING, KVC_ERR_FORMAT,

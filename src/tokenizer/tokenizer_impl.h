@@ -4,13 +4,15 @@
  * llama-vocab.cpp / unicode.cpp (the GGUF reference), re-implemented in C.
  *
  *   load.c               metadata -> struct kvc_tokenizer (vocab, merges, pieces)
+ *   strmap.c             string -> id map of the interned strings
  *   special.c            end-of-generation and other special tokens
  *   unicode.c            generated category table (scripts/gen_tokenizer_unicode.py)
  *   utf8.c               llama.cpp-compatible UTF-8 decoding, category lookup
  *   pretok.c             GPT-2 / Llama-3 / Qwen2 / SmolLM / default split patterns
  *   bpe.c                byte-level BPE (rank-ordered merges with a binary heap)
  *   spm.c                SentencePiece BPE (score-ordered merges, byte fallback)
- *   encode.c             special-token partition, BOS/EOS, public kvc_tokenize
+ *   tokbuf.c             the growable token buffer of the encoders
+ *   encode.c             special-token partition, BOS/EOS, kvc_tokenizer_tokenize
  *   decode.c             token pieces, incremental detokenizer */
 #ifndef KVC_TOKENIZER_TOKENIZER_IMPL_H
 #define KVC_TOKENIZER_TOKENIZER_IMPL_H
@@ -121,8 +123,13 @@ struct kvc_tokenizer {
     char *chat_template; /* tokenizer.chat_template or NULL */
 };
 
-/* Id of the string s[0..len) or -1. */
+/* String map (strmap.c). Id of the string s[0..len) or -1. */
 int32_t kvc_tok_lookup(const kvc_tokenizer *t, const char *s, size_t len);
+/* Points the slot of the string `id` at it (replacing an equal string: the
+ * last token with a given text wins, as in llama.cpp). */
+void kvc_tok_smap_put(kvc_tokenizer *t, uint32_t id);
+/* Rebuilds the map with room for `want` strings (all n_strings re-inserted). */
+kvc_status kvc_tok_smap_rebuild(kvc_tokenizer *t, size_t want);
 
 /* Load steps (special.c): find end-of-turn / FIM tokens by text
  * (fim[6]: pre, suf, mid, pad, rep, sep ids or -1), fill eog[] and the

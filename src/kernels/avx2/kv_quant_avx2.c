@@ -7,7 +7,7 @@
  * at a time before the row loop. */
 #include <immintrin.h>
 
-#include "kv/codec/quant.h"
+#include "kv/codec/quant_pack.h"
 
 typedef struct slice {
     __m256i idx, shift, load; /* word index relative to base, bit offset, load mask */

@@ -64,7 +64,7 @@ static void act_q8_k_avx2(const float *x, void *buf, int64_t n) {
     }
 }
 
-void kvc_wt_register_act_avx2(void) {
-    kvc_act_q8_0_active = act_q8_0_avx2;
-    kvc_act_q8_k_active = act_q8_k_avx2;
+void kvc_wt_register_act_avx2(kvc_act_fn *q8_0, kvc_act_fn *q8_k) {
+    *q8_0 = act_q8_0_avx2;
+    *q8_k = act_q8_k_avx2;
 }

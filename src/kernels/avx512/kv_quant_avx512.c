@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "kv/codec/quant.h"
+#include "kv/codec/quant_pack.h"
 
 typedef struct slice {
     __m512i idx, shift; /* word index in the row, bit offset */

@@ -47,7 +47,7 @@ static void act_q8_k_avx512(const float *x, void *buf, int64_t n) {
     }
 }
 
-void kvc_wt_register_act_avx512(void) {
-    kvc_act_q8_0_active = act_q8_0_avx512;
-    kvc_act_q8_k_active = act_q8_k_avx512;
+void kvc_wt_register_act_avx512(kvc_act_fn *q8_0, kvc_act_fn *q8_k) {
+    *q8_0 = act_q8_0_avx512;
+    *q8_k = act_q8_k_avx512;
 }

@@ -1,12 +1,14 @@
-/* Quantization math and bit packing for the quant codec (see quant.h): f16
+/* Quantization math and bit packing for the quant codec (see quant_pack.h): f16
  * min/scale with directed rounding, per-row asymmetric quantization at 1-4
  * bits, the 3-bit "11 values per word" packing of KVmix (eq. 12), the scalar
  * reference of the fused dequantise-and-multiply kernel, and its dispatch. */
-#include "kv/codec/quant.h"
+#include "kv/codec/quant_pack.h"
 
 #include <assert.h>
 #include <math.h>
 #include <pthread.h>
+
+#include "base/cpu.h"
 
 #define F16_MAX 65504.0f
 
