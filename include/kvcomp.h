@@ -221,7 +221,7 @@ typedef struct kvc_profile_params {
     const char *source; /* label written into the profile (e.g. the text's file name); may be NULL */
 } kvc_profile_params;
 
-/* The KVmix profiler (kvmix.md, "KV Importance Analysis"): samples prompts
+/* The KVmix profiler (the KVmix paper, "KV Importance Analysis"): samples prompts
  * from `text`, runs forward and backward passes of the model in f32 (loss: mean
  * next-token cross-entropy), averages the per-layer Frobenius norms
  * ||dL/dW_k|| and ||dL/dW_v|| over prompts, ranks the layers, gives the top

@@ -1,4 +1,4 @@
-/* `kvcomp bench bw | attn | decode` (DESIGN.md §6: speed is measured by
+/* `kvcomp bench bw | attn | decode` (docs/design.md §6: speed is measured by
  * benchmarks, never by timed tests): flags, tables and --json. The work is in
  * src/eval (bench_bw.c, bench_attn.c, bench_decode.c). */
 #include <math.h>

@@ -1,5 +1,5 @@
 /* `kvcomp eval kl | ruler`: quality of KV cache methods against the dense
- * f32 cache (DESIGN.md §6) — flags, the terminal table, --json and --plot.
+ * f32 cache (docs/design.md §6) — flags, the terminal table, --json and --plot.
  * The work itself is in src/eval (eval_kl.c, eval_ruler.c). */
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* `kvcomp profile`: the KVmix profiler (kvmix.md, "KV Importance Analysis";
+/* `kvcomp profile`: the KVmix profiler (the KVmix paper, "KV Importance Analysis";
  * kvc_profile_kvmix in kvcomp.h). Ranks the layers of a model by the mean
  * gradient norms of their key and value projections over prompts from a text
  * and writes the profile that `--kv kvmix:profile=FILE` reads. */

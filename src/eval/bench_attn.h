@@ -1,5 +1,5 @@
 /* `kvcomp bench attn`: decode attention of one layer (all heads) at long
- * contexts, every method of --kv in the same run (DESIGN.md §6). For each
+ * contexts, every method of --kv in the same run (docs/design.md §6). For each
  * context length and method: a cache of L layers is filled through the
  * method's normal append path (synthetic K/V from kv/synth.h, or a layer of a
  * K/V dump tiled to the length), then decode attention of a fixed query is

@@ -1,5 +1,5 @@
 /* `kvcomp bench bw`: the machine's measured read bandwidth, the yardstick for
- * the attention benchmark (DESIGN.md §6). A buffer (1 GiB by default, far
+ * the attention benchmark (docs/design.md §6). A buffer (1 GiB by default, far
  * beyond the last-level cache) is summed by all threads of a pool, each task a
  * contiguous 64 MiB stretch, with the widest loads the CPU has (AVX-512, AVX2,
  * or portable 128-bit vectors; KVC_ISA lowers it like every kernel); the best

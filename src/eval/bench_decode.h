@@ -1,5 +1,5 @@
 /* `kvcomp bench decode`: end-to-end decode speed at a context length
- * (DESIGN.md §6). Per method: a context of n_ctx + n_gen tokens, n_ctx tokens
+ * (docs/design.md §6). Per method: a context of n_ctx + n_gen tokens, n_ctx tokens
  * of a text prefilled (the text repeated if short), then n_gen decode steps fed
  * the text's next tokens; tokens/s over those steps and the time split into
  * weights (matvec), attention and cache management from kvc_ctx_timing_get,

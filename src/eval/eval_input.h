@@ -21,8 +21,8 @@ kvc_status kvc_tokenize_all(const kvc_model *m, const char *text, size_t len, in
  * ("kivi:bits=2,group=32"), so a comma starts a new spec only when the piece
  * after it looks like a spec start: it contains ':' or has no '='. A piece
  * "key=value" without ':' continues the previous spec's parameters. ';' always
- * separates. Example: "packkv,kivi:bits=2,group=32,full:f16" gives
- * "packkv", "kivi:bits=2,group=32", "full:f16".
+ * separates. Example: "mustafar,kivi:bits=2,group=32,full:f16" gives
+ * "mustafar", "kivi:bits=2,group=32", "full:f16".
  * At most max specs; each is malloc'd in out[i] (free with kvc_spec_list_free).
  * KVC_ERR_ARG on an empty list, an empty spec, a continuation with nothing
  * before it, or more than max specs. */

@@ -1,5 +1,5 @@
 /* `kvcomp eval kl`: quality of cache methods against the dense f32 cache
- * (DESIGN.md §6), the way llama.cpp's perplexity tool judges quantization.
+ * (docs/design.md §6), the way llama.cpp's perplexity tool judges quantization.
  *
  * For each method (and once for the reference full:f32): a fresh context,
  * prefill of n_ctx tokens of the text in chunks of n_batch (each chunk attends

@@ -1,5 +1,5 @@
 /* `kvcomp eval ruler`: RULER-style retrieval accuracy of cache methods
- * (DESIGN.md §6). Each sample (ruler.h) is wrapped in the model's chat
+ * (docs/design.md §6). Each sample (ruler.h) is wrapped in the model's chat
  * template as one user message, followed by the task's answer prefix as the
  * start of the assistant's turn; the prompt is prefilled (chunks attend to the
  * compressed past, as in eval kl), then a few tokens are decoded greedily and

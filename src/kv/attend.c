@@ -1,4 +1,4 @@
-/* The decode attention driver (DESIGN.md §4 "Driver", docs/design-kv.md).
+/* The decode attention driver (docs/design.md §4 "Driver", docs/design-kv.md).
  *
  * For each request (one stream = one KV head, its G query heads together):
  *   1. plan: scale q by 1/sqrt(d); prepare_q once per transform group; if the

@@ -1,4 +1,4 @@
-/* The attention driver (DESIGN.md §4, "Driver"): decode attention of the G
+/* The attention driver (docs/design.md §4, "Driver"): decode attention of the G
  * query heads of each KV head over one stream's chunks — selection, then qk
  * and pv per tile with an online softmax, transform groups with their own
  * partial accumulators, flash-decoding splits along tokens merged at the end.

@@ -1,4 +1,4 @@
-/* The KV cache as the forward pass sees it (cache.h; DESIGN.md §2, §4): a
+/* The KV cache as the forward pass sees it (cache.h; docs/design.md §2, §4): a
  * grid of streams (layer × KV head) driven by a parsed method spec. Appends
  * go to each stream's hot window and through the method hooks (step,
  * on_append, hot_leave, build_chunk); decode attention goes through the

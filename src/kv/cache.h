@@ -1,4 +1,4 @@
-/* The KV cache as the forward pass sees it (DESIGN.md §2, §4): three calls per
+/* The KV cache as the forward pass sees it (docs/design.md §2, §4): three calls per
  * layer — prefill a chunk of prompt, append one token, attend one query — and
  * nothing about methods. The forward pass never branches on the method.
  *

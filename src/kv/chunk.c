@@ -1,4 +1,4 @@
-/* Chunks (DESIGN.md §4): building a chunk from dense rows with two codecs,
+/* Chunks (docs/design.md §4): building a chunk from dense rows with two codecs,
  * freeing it, marking tokens evicted, decoding it back to the original space
  * (codec decode + the transform's restore), and its byte accounting. */
 #include "kv/chunk.h"

@@ -1,4 +1,4 @@
-/* Chunks and transforms (DESIGN.md §4). A chunk is a set of tokens of one
+/* Chunks and transforms (docs/design.md §4). A chunk is a set of tokens of one
  * stream stored in one format: an encoded K blob and V blob (codec.h), an
  * optional transform shared by the chunks of a segment, an optional selector
  * index, optional token positions (tokens permuted inside a block, evicted

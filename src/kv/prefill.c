@@ -1,4 +1,4 @@
-/* Chunked prefill attention (DESIGN.md §2, cache.h kvc_cache_prefill): the n
+/* Chunked prefill attention (docs/design.md §2, cache.h kvc_cache_prefill): the n
  * queries of a prompt chunk attend to the stream's compressed past (every
  * chunk and the hot window, decoded tile by tile: codec decode + transform
  * restore, so quantisation and pruning error are seen; dead tokens masked; no

@@ -1,4 +1,4 @@
-/* Softmax kernels of the attention driver (DESIGN.md §4 "Driver"): the max of
+/* Softmax kernels of the attention driver (docs/design.md §4 "Driver"): the max of
  * a score row, and exponentiation in place against a running max with the
  * sum returned. Scalar references in softmax.c; AVX2 / AVX-512 variants in
  * src/kernels/<isa>/kv_dense_softmax_<isa>.c, registered by kvc_codecs_init.

@@ -1,4 +1,4 @@
-/* Streams (DESIGN.md §4): the chunk list of one (layer, KV head) and its dense
+/* Streams (docs/design.md §4): the chunk list of one (layer, KV head) and its dense
  * f32 hot window — creation, insertion and replacement of chunks (swap-in of
  * background work, eviction of whole chunks), pushing tokens into the hot
  * window and sealing its oldest tokens into a chunk. */

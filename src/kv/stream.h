@@ -1,4 +1,4 @@
-/* Streams (DESIGN.md §4): the tokens of one (layer, KV head) as a list of
+/* Streams (docs/design.md §4): the tokens of one (layer, KV head) as a list of
  * sealed chunks plus the dense f32 hot window holding the newest tokens.
  *
  * Life of a token: the cache appends it to the hot window, calls the method's

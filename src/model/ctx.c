@@ -2,7 +2,7 @@
  * state, KV cache (built from the method spec) and thread pool, and the
  * position bookkeeping around the forward pass in llama.c. Prefill runs the
  * prompt in chunks of n_batch tokens, each attending to the cached past and
- * densely to itself (DESIGN.md §2). */
+ * densely to itself (docs/design.md §2). */
 #include <stdlib.h>
 #include <string.h>
 

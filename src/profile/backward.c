@@ -1,4 +1,4 @@
-/* Backward pass of the Llama-family model for the KVmix profiler (kvmix.md,
+/* Backward pass of the Llama-family model for the KVmix profiler (the KVmix paper,
  * "KV Importance Analysis"; backward.h). The forward pass mirrors llama.c
  * (RMSNorm, Q/K/V (+ qwen2 biases), RoPE, causal softmax attention with GQA,
  * output projection, SwiGLU FFN, final norm, output projection) in f32 over a

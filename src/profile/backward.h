@@ -1,4 +1,4 @@
-/* The backward pass for the KVmix profiler (kvmix.md, "KV Importance
+/* The backward pass for the KVmix profiler (the KVmix paper, "KV Importance
  * Analysis", eq. 10-11): a separate f32 forward pass over one prompt that keeps
  * every activation, then backpropagation of the next-token cross-entropy down
  * to the first layer, giving per layer the Frobenius norms of the loss

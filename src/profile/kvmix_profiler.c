@@ -1,4 +1,4 @@
-/* The KVmix profiler (kvmix.md, "KV Importance Analysis", steps 1-3 and eq.
+/* The KVmix profiler (the KVmix paper, "KV Importance Analysis", steps 1-3 and eq.
  * 10-11; public entry kvc_profile_kvmix in kvcomp.h): prompts sampled from a
  * text (one random window per equal slice of the text, so prompts do not
  * overlap), forward + backward passes (backward.c) giving per-layer gradient

@@ -333,7 +333,7 @@ static void test_bad_counts(void **state) {
 static void test_bad_strings(void **state) {
     (void)state;
     gw w = {0};
-    /* the DESIGN.md example: a value string length past the end */
+    /* the docs/formats.md example: a value string length past the end */
     gw_header(&w, 3, 0, 6);
     for (int k = 0; k < 5; k++) {
         char key[16];

@@ -1,4 +1,4 @@
-/* MUSTAFAR pruning and bitmap tiles (mustafar.md §2, §3): every vector keeps
+/* MUSTAFAR pruning and bitmap tiles (the MUSTAFAR paper §2, §3): every vector keeps
  * exactly round((1-s)·D) elements, the largest by |score|, ties to the lower
  * index; packing round-trips the kept values exactly (as f16); the active
  * ISA's qk / pv kernels agree with the scalar references on random and

@@ -1,4 +1,4 @@
-/* Cache and driver tests (DESIGN.md §4, issue 3): full:f32/f16/bf16 through
+/* Cache and driver tests (docs/design.md §4): full:f32/f16/bf16 through
  * kvc_cache_prefill / append / attend against a plain double-precision
  * attention over the same K/V; prefill with an empty cache = causal attention;
  * prefill with a past; the driver with 1..4 threads and every split gives the

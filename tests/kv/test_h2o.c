@@ -1,4 +1,4 @@
-/* The h2o method (H2O; mustafar.md §4.2.1), alone and under mustafar: after
+/* The h2o method (H2O; the MUSTAFAR paper §4.2.1), alone and under mustafar: after
  * every prefill chunk and decode step at most ceil(budget·seen) tokens stay
  * live (the hot window is always kept), the newest ceil(recent·seen) tokens
  * are never evicted, tokens that draw most of the attention survive, evicted

@@ -1,4 +1,4 @@
-/* The mustafar method through the cache (mustafar.md §2, §3): tokens leave
+/* The mustafar method through the cache (the MUSTAFAR paper §2, §3): tokens leave
  * the dense local window in blocks, every sealed key and value keeps exactly
  * round((1-s)·D) channels — the largest by |x| (or, output-aware, by
  * |k|·Σ|q| over the token's window of queries) — stored exactly as f16;

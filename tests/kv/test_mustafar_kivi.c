@@ -1,4 +1,4 @@
-/* MUSTAFAR + KIVI (mustafar.md §4.2.2, prune then quantize): the
+/* MUSTAFAR + KIVI (the MUSTAFAR paper §4.2.2, prune then quantize): the
  * bitmap_quant_k / bitmap_quant_v codecs keep exactly the top-|x| channels of
  * each vector, decode every kept value to within half a quantization step of
  * the original (min rounded down, scale up, codes to nearest: |x̂ - x| <=

@@ -1,4 +1,4 @@
-/* The think baseline (ThinK; mustafar.md §2.1): each block of `block` keys
+/* The think baseline (ThinK; the MUSTAFAR paper §2.1): each block of `block` keys
  * leaving the window keeps exactly round((1-ratio)·D) channels — the same
  * channels for every token of the block, the top ones by
  * ||Q_obs[:, j]||·||K_block[:, j]|| over the last `obs` queries — stored as

@@ -1,4 +1,4 @@
-/* Method spec parsing (DESIGN.md §4 "Method", docs/design-kv.md): valid specs
+/* Method spec parsing (docs/design.md §4 "Method", docs/design-kv.md): valid specs
  * fill the cfg with defaults and values; bad specs are KVC_ERR_ARG with a
  * message naming the bad name / key / value and the valid ones or the range. */
 #include <setjmp.h>

@@ -1,6 +1,6 @@
 /* Codecs "bitmap_quant_k" / "bitmap_quant_v": per-token top-k pruning (the
  * bitmap tiles of bitmap.c) followed by KIVI's asymmetric min/scale
- * quantization of the kept values (mustafar.md §4.2.2). Layout and grouping:
+ * quantization of the kept values (the MUSTAFAR paper §4.2.2). Layout and grouping:
  * bitmap_quant.h; byte layout: docs/formats.md "Bitmap tiles". Scalar qk / pv
  * only: the composition is measured for accuracy and size, as in the paper.
  *

@@ -1,5 +1,5 @@
 /* Bitmap tiles with KIVI-quantized kept values: MUSTAFAR joint application
- * with KIVI (mustafar.md §4.2.2: "we first prune each token's KV cache before
+ * with KIVI (the MUSTAFAR paper §4.2.2: "we first prune each token's KV cache before
  * quantization is performed"). The token-major bitmaps of bitmap.h select the
  * kept channels; the kept values are stored as 1/2/4-bit codes with f16 min
  * and scale, grouped the way KIVI groups them:

@@ -1,5 +1,5 @@
 /* Structured channel pruning as a storage format (ThinK, the baseline of
- * mustafar.md §2.1 and Table 1): each group of `group` consecutive tokens of
+ * the MUSTAFAR paper §2.1 and Table 1): each group of `group` consecutive tokens of
  * a chunk keeps the same `keep` channels, stored dense f16 [n][keep] with one
  * channel list per group. Encoding keeps the `keep` channels of largest L2
  * norm over the group's tokens (ties to the lower channel), so a method that zeroes the channels it

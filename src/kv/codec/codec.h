@@ -1,4 +1,4 @@
-/* KV codecs: the storage formats of a chunk's keys or values (DESIGN.md §4,
+/* KV codecs: the storage formats of a chunk's keys or values (docs/design.md §4,
  * "Codec"). One operations table per format, ggml type-traits style; the driver
  * never switches over formats. A codec *instance* (kvc_codec) is a table plus
  * the parameters a method chose (bits, group, sparsity ...) and the vector

@@ -1,4 +1,4 @@
-/* The codec registry (DESIGN.md §4 "Codec"): name → operations table, and
+/* The codec registry (docs/design.md §4 "Codec"): name → operations table, and
  * the one-time kernel dispatch of every codec for the active ISA. Adding a
  * codec = one row in `codecs` and, if it has SIMD kernels, one init call. */
 #include "kv/codec/codec.h"

@@ -1,4 +1,4 @@
-/* Dense codecs f32 / f16 / bf16 (DESIGN.md §4 "Codec", the `full` method and
+/* Dense codecs f32 / f16 / bf16 (docs/design.md §4 "Codec", the `full` method and
  * every hot window): a blob is rows [n][dim] of one element type in a buffer
  * that grows by 1/16 (appendable; spare capacity counts as metadata; kernels
  * use unaligned loads). This file holds the codec tables and the scalar reference

@@ -1,4 +1,4 @@
-/* Per-token pruning of MUSTAFAR (paper §2, mustafar.md): each K or V vector keeps
+/* Per-token pruning of MUSTAFAR (MUSTAFAR §2; docs/methods.md): each K or V vector keeps
  * exactly round((1 - s) * D) of its D elements, chosen by magnitude (§2.1, §2.2)
  * or, for K, by the output-aware score |k| ⊙ Σ|q| (§2.1, Figure 3). The result
  * is a bitmap of kept channels, the input of the bitmap tile codec. */

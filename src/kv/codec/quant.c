@@ -1,4 +1,4 @@
-/* The quant codecs (DESIGN.md §4 "Codec"; KIVI, and KVmix "Asymmetric Low-Bit
+/* The quant codecs (docs/design.md §4 "Codec"; KIVI, and KVmix "Asymmetric Low-Bit
  * Quantization"): "quant_k" stores keys per channel in groups along tokens,
  * "quant_v" stores values per token in groups along channels, both at 1-4 bits
  * with f16 min and scale (math and packing in quant_pack.c). qk and pv run the

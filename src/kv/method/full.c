@@ -1,4 +1,4 @@
-/* Method `full` (DESIGN.md §5): the dense baselines — f32 (the exact
+/* Method `full` (docs/design.md §5): the dense baselines — f32 (the exact
  * reference every quality number is measured against), f16 and bf16. Every
  * token leaves the hot window at once and is appended to the stream's last
  * dense chunk (up to `block` tokens per chunk), so what is stored is exactly

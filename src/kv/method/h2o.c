@@ -1,5 +1,5 @@
 /* Method `h2o` (H2O, Zhang et al. 2023; the token-eviction baseline of
- * mustafar.md §4.2.1): keep the tokens with the largest accumulated attention
+ * the MUSTAFAR paper §4.2.1): keep the tokens with the largest accumulated attention
  * ("heavy hitters") plus the most recent tokens, within a budget given as a
  * fraction of the tokens seen (the paper's setting: 10% heavy + 10% recent).
  *
@@ -466,7 +466,7 @@ static uint64_t h2o_buffer_bytes(const void *state, const kvc_stream *s, const v
 const kvc_method kvc_method_h2o = {
     .name = "h2o",
     .summary = "heavy hitters by accumulated attention + recent tokens within a budget; evicts the rest",
-    .paper = "H2O (baseline in mustafar.md §4.2.1)",
+    .paper = "H2O (Zhang et al., NeurIPS 2023; baseline of MUSTAFAR §4.2.1)",
     .flags = KVC_METHOD_BASE | KVC_METHOD_MODIFIER | KVC_METHOD_WANTS_ATTN,
     .params = h2o_params,
     .n_params = (int)(sizeof h2o_params / sizeof h2o_params[0]),

@@ -1,5 +1,5 @@
-/* Method `kivi` (KIVI, Liu et al. 2024; the baseline of kvmix.md, packkv.md,
- * mustafar.md): asymmetric min/scale quantization at `bits` bits, keys per
+/* Method `kivi` (KIVI, Liu et al. 2024; the baseline of KVmix, PackKV and
+ * MUSTAFAR, docs/methods.md): asymmetric min/scale quantization at `bits` bits, keys per
  * channel in groups of `group` tokens, values per token in groups of `group`
  * channels (codecs quant_k / quant_v, src/kv/codec/quant.c); the newest tokens
  * stay dense in the hot window (KIVI's residual R = `window`).
@@ -72,7 +72,7 @@ static kvc_status kivi_build_chunk(void *state, kvc_stream *s, void *sstate, con
 const kvc_method kvc_method_kivi = {
     .name = "kivi",
     .summary = "2/4-bit asymmetric quantization: K per channel, V per token, recent window dense",
-    .paper = "KIVI (baseline in kvmix.md, packkv.md, mustafar.md)",
+    .paper = "KIVI (Liu et al., ICML 2024; baseline of KVmix, PackKV, MUSTAFAR)",
     .flags = KVC_METHOD_BASE | KVC_METHOD_MODIFIER, /* "mustafar:...+kivi:bits=2" quantizes mustafar's kept values */
     .params = kivi_params,
     .n_params = (int)(sizeof kivi_params / sizeof kivi_params[0]),

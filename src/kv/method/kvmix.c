@@ -1,4 +1,4 @@
-/* Method `kvmix` (kvmix.md): per-layer mixed-precision KV quantization from a
+/* Method `kvmix` (the KVmix paper): per-layer mixed-precision KV quantization from a
  * gradient-based profile ("KV Importance Analysis"; file format and ranking
  * rule in kvmix_profile.c, profiler in `kvcomp profile`), with the quant
  * codecs of KIVI ("Asymmetric Low-Bit Quantization": K per channel in token
@@ -136,7 +136,7 @@ static kvc_status kvmix_build_chunk(void *state, kvc_stream *s, void *sstate, co
 const kvc_method kvc_method_kvmix = {
     .name = "kvmix",
     .summary = "per-layer K/V bits (1-4) and dense recent-context ratios from a gradient profile",
-    .paper = "kvmix.md",
+    .paper = "KVmix (Li et al., AAAI 2026)",
     .flags = KVC_METHOD_BASE,
     .params = kvmix_params,
     .n_params = (int)(sizeof kvmix_params / sizeof kvmix_params[0]),

@@ -1,5 +1,5 @@
 /* KVmix profile files: parse (untrusted), write, and build from importance
- * scores by the paper's ranking rule (kvmix.md, "KV Importance Analysis",
+ * scores by the paper's ranking rule (the KVmix paper, "KV Importance Analysis",
  * eq. 10-11 and "Profiling Results": top 20% of layers by mean gradient norm
  * get K 3 / V 4 bits and RPC ratio 20%, the rest 2 bits and 10%). The format
  * is documented in kvmix_profile.h. */

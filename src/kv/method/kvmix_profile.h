@@ -1,4 +1,4 @@
-/* KVmix profile files (kvmix.md, "KV Importance Analysis" and "Dynamic Pivotal
+/* KVmix profile files (the KVmix paper, "KV Importance Analysis" and "Dynamic Pivotal
  * Context Selection"): per layer the K and V bit widths and the K and V
  * recent-pivotal-context (RPC) ratios, plus the importance scores they were
  * derived from. Written by `kvcomp profile`, read by the kvmix method. The file

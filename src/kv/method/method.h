@@ -1,4 +1,4 @@
-/* Methods (DESIGN.md §4, §5): a row in the method registry names a
+/* Methods (docs/design.md §4, §5): a row in the method registry names a
  * composition of codecs, a selector, a hot-window policy and background work,
  * declares its parameters in a table (name, type, default, range, one-line
  * description) and implements hooks. Parsing is generic (spec.c): the table
@@ -148,7 +148,7 @@ enum kvc_method_flags {
 struct kvc_method {
     const char *name;        /* "full" */
     const char *summary;     /* one line for `kvcomp methods` */
-    const char *paper;       /* "KIVI (baseline in kvmix.md)"; "" for none */
+    const char *paper;       /* "KIVI (Liu et al., ICML 2024)"; "" for none */
     uint32_t flags;
     const kvc_param *params; /* table, n_params rows */
     int n_params;

@@ -1,4 +1,4 @@
-/* The method registry (DESIGN.md §5): one row per method, defined in its own
+/* The method registry (docs/design.md §5): one row per method, defined in its own
  * file under src/kv/method/. Adding a method = an extern line and a row here. */
 #include "kv/method/method.h"
 

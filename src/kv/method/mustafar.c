@@ -1,4 +1,4 @@
-/* Method `mustafar` (mustafar.md): per-token unstructured pruning of K and V
+/* Method `mustafar` (the MUSTAFAR paper): per-token unstructured pruning of K and V
  * to separate target sparsities (§2: magnitude for both, output-aware
  * |k| ⊙ Σ|q| for K as an option, §2.1 Figure 3), a local dense window of the
  * newest tokens (§2, 32 tokens), tokens leaving it pruned and compressed in
@@ -306,7 +306,7 @@ static const char *const mustafar_stacks[] = {"kivi", "h2o", NULL};
 const kvc_method kvc_method_mustafar = {
     .name = "mustafar",
     .summary = "per-token unstructured pruning of K and V into bitmap tiles; attention on the tiles",
-    .paper = "MUSTAFAR (mustafar.md)",
+    .paper = "MUSTAFAR (Joo et al., NeurIPS 2025)",
     .flags = KVC_METHOD_BASE,
     .params = mustafar_params,
     .n_params = (int)(sizeof mustafar_params / sizeof mustafar_params[0]),

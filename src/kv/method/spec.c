@@ -1,4 +1,4 @@
-/* Method spec parsing (DESIGN.md §4 "Method", docs/design-kv.md "Methods and
+/* Method spec parsing (docs/design.md §4 "Method", docs/design-kv.md "Methods and
  * the spec language"): "name[:key=value,...]" layers joined by '+', filled
  * into each method's cfg struct through its parameter table. Every error
  * names the method, the key and the value, and lists the valid names, keys,

@@ -1,5 +1,5 @@
 /* Method `think` (ThinK: thinner key cache by query-driven pruning, Xu et al.
- * 2025; the structured baseline of mustafar.md §2.1, Tables 1 and 4): every
+ * 2025; the structured baseline of the MUSTAFAR paper §2.1, Tables 1 and 4): every
  * block of keys leaving the local dense window keeps only round((1-ratio)·D)
  * channels, the same for all its tokens, chosen by ThinK's query-driven score
  *   score_j = || Q_obs[:, j] · K_block[:, j]ᵀ ||_F = ||Q_obs[:, j]||₂ · ||K_block[:, j]||₂
@@ -175,7 +175,7 @@ static uint64_t think_buffer_bytes(const void *state, const kvc_stream *s, const
 const kvc_method kvc_method_think = {
     .name = "think",
     .summary = "ThinK: query-driven structured pruning of key channels per block; values dense f16",
-    .paper = "ThinK (baseline in mustafar.md, mosaickv.md)",
+    .paper = "ThinK (Xu et al., ICLR 2025; baseline of MUSTAFAR and MosaicKV)",
     .flags = KVC_METHOD_BASE,
     .params = think_params,
     .n_params = (int)(sizeof think_params / sizeof think_params[0]),

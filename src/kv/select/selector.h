@@ -1,4 +1,4 @@
-/* Selectors: token-selection indexes over units of a chunk (DESIGN.md §4,
+/* Selectors: token-selection indexes over units of a chunk (docs/design.md §4,
  * "Selector"). A unit is a range of tokens inside one chunk: a Quest page, a
  * MosaicKV block, a SentKV sentence (variable length), a single heavy hitter.
  * A selector instance is attached to a chunk when the method builds it; the
