@@ -42,7 +42,7 @@ test-asan: build-asan model
 FUZZ_CC    ?= clang
 FUZZ_TIME  ?= 60
 FUZZ_FLAGS  = -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc
-FUZZ_GGUF_SRCS = $(wildcard src/gguf/*.c src/base/*.c)
+FUZZ_GGUF_SRCS = $(filter-out src/base/blas.c,$(wildcard src/gguf/*.c src/base/*.c))
 
 fuzz: fuzz-build
 	@mkdir -p build-fuzz/corpus_gguf

@@ -51,6 +51,9 @@ const char *kvc_isa_name(kvc_isa isa);
 
 /* Number of worker threads used when a caller passes n_threads <= 0: one per online CPU. */
 int kvc_default_threads(void);
+/* The thread-count rule of every n_threads parameter: n_threads when > 0,
+ * else kvc_default_threads(). */
+int kvc_threads_resolve(int n_threads);
 
 /* ---- GGUF inspection ------------------------------------------------------ */
 
@@ -153,11 +156,14 @@ typedef struct kvc_cache_stats {
 /* One sequence: run state, KV cache and thread pool. */
 typedef struct kvc_ctx kvc_ctx;
 
+/* The cache method when none is given: the exact f32 cache, the reference of every comparison. */
+#define KVC_DEFAULT_KV "full:f32"
+
 typedef struct kvc_ctx_params {
     int n_ctx;            /* maximum tokens (prompt + generated); 0: the model's training context */
     int n_threads;        /* <= 0: one per CPU */
     int n_batch;          /* prefill chunk in tokens; 0: 512 */
-    const char *kv_spec;  /* NULL: "full:f32" */
+    const char *kv_spec;  /* NULL or "": KVC_DEFAULT_KV */
 } kvc_ctx_params;
 
 kvc_status kvc_ctx_create(kvc_model *m, const kvc_ctx_params *p, kvc_ctx **out);
@@ -219,6 +225,7 @@ typedef struct kvc_profile_params {
     uint64_t seed;      /* prompt positions, and the ranking when `random` */
     int random;         /* non-zero: no gradients; the top layers are drawn at random (ablation) */
     const char *source; /* label written into the profile (e.g. the text's file name); may be NULL */
+    int n_threads;      /* OpenBLAS threads of the passes; <= 0: one per CPU */
 } kvc_profile_params;
 
 /* The KVmix profiler (the KVmix paper, "KV Importance Analysis"): samples prompts

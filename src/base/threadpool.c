@@ -77,10 +77,7 @@ static void *worker_main(void *arg) {
 
 kvc_status kvc_pool_create(int n_threads, kvc_pool **out) {
     *out = NULL;
-    if (n_threads <= 0) {
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = n > 0 ? (int)n : 1;
-    }
+    n_threads = kvc_threads_resolve(n_threads);
     KVC_CHECK(n_threads <= 1024, KVC_ERR_ARG, "threads: %d is more than 1024", n_threads);
     kvc_pool *p = calloc(1, sizeof *p);
     if (!p) return kvc_fail(KVC_ERR_NOMEM, "thread pool: out of memory");
@@ -152,3 +149,5 @@ int kvc_default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }
+
+int kvc_threads_resolve(int n_threads) { return n_threads > 0 ? n_threads : kvc_default_threads(); }

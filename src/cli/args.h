@@ -1,17 +1,70 @@
-/* Shared flag parsing for the kvcomp subcommands. Flags follow llama.cpp where
- * they mean the same thing (-m -p -f -n -c -t -b --temp --top-k --top-p
- * --seed); each subcommand says which flags it accepts (a mask of KVC_F_*),
- * and gets `--help` generated from its usage line plus those flags. Bad values
- * are errors that name the flag, the value and the accepted range. Subcommands
- * with flags of their own can reuse kvc_arg_int / kvc_arg_float. */
+/* The one flag parser of the kvcomp subcommands. A subcommand describes its
+ * options as a table (kvc_opt: spellings, kind, destination, range) and
+ * kvc_opts_parse reads argv against it: "-s V", "--long V", "--long=V",
+ * switches, positional arguments, -h/--help. Bad values are errors that name
+ * the flag as typed, the value and the accepted range. The flags shared with
+ * llama.cpp (-m -p -f -n -c -t -b --temp --top-k --top-p --seed --kv ...) are
+ * one such table behind kvc_args_parse, with --help generated from it. The
+ * defaults every subcommand uses are defined here once. */
 #ifndef KVC_CLI_ARGS_H
 #define KVC_CLI_ARGS_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Used when -m is not given (relative to the working directory, as `make run` sets up). */
 #define KVC_DEFAULT_MODEL "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+/* Used when --text is not given (the development text, public domain). */
+#define KVC_DEFAULT_TEXT "data/alice.txt"
+/* -t accepts 1..KVC_MAX_THREADS; not given (0) means one thread per CPU. */
+#define KVC_MAX_THREADS 1024
+
+/* ---- option tables ----------------------------------------------------------- */
+
+typedef enum kvc_opt_kind {
+    KVC_OPT_STR,    /* dst: const char **, the value as given */
+    KVC_OPT_INT,    /* dst: int *, a whole number in [lo, hi] */
+    KVC_OPT_NUM,    /* dst: double *, a finite number in [lo, hi] */
+    KVC_OPT_SEED,   /* dst: uint64_t *, a whole number in [0, 2^63 - 1] */
+    KVC_OPT_SWITCH, /* dst: int *, set to 1; takes no value */
+} kvc_opt_kind;
+
+typedef struct kvc_opt {
+    const char *s, *l; /* short and long spelling ("-t", "--threads"); either may be NULL */
+    kvc_opt_kind kind;
+    void *dst;
+    double lo, hi; /* range of KVC_OPT_INT / KVC_OPT_NUM */
+    int *seen;     /* optional: set to 1 when the option is given */
+} kvc_opt;
+
+/* Table rows: KVC_INT_OPT("-t", "--threads", &threads, 1, KVC_MAX_THREADS). */
+#define KVC_STR_OPT(s_, l_, dst_) {.s = (s_), .l = (l_), .kind = KVC_OPT_STR, .dst = (dst_)}
+#define KVC_INT_OPT(s_, l_, dst_, lo_, hi_)                                                       \
+    {.s = (s_), .l = (l_), .kind = KVC_OPT_INT, .dst = (dst_), .lo = (lo_), .hi = (hi_)}
+#define KVC_NUM_OPT(s_, l_, dst_, lo_, hi_)                                                       \
+    {.s = (s_), .l = (l_), .kind = KVC_OPT_NUM, .dst = (dst_), .lo = (lo_), .hi = (hi_)}
+#define KVC_SEED_OPT(s_, l_, dst_, seen_)                                                         \
+    {.s = (s_), .l = (l_), .kind = KVC_OPT_SEED, .dst = (dst_), .seen = (seen_)}
+#define KVC_SWITCH_OPT(l_, dst_) {.l = (l_), .kind = KVC_OPT_SWITCH, .dst = (dst_)}
+
+enum { KVC_ARGS_OK = 0, KVC_ARGS_HELP = 1, KVC_ARGS_ERROR = 2 };
+
+/* Parses argv[1..argc) (argv[0] is the subcommand) against opts[0..n_opts).
+ * Arguments that are not options go to pos (at most max_pos; more, or any when
+ * pos is NULL, are an error), their count to *n_pos. KVC_ARGS_HELP: -h or
+ * --help was given (nothing printed: the caller prints its usage).
+ * KVC_ARGS_ERROR: a message "kvcomp CMD: ..." naming the flag went to stderr
+ * (exit 2). cmd is the subcommand as the user typed it ("eval kl"). */
+int kvc_opts_parse(const char *cmd, const kvc_opt *opts, int n_opts, int argc, char **argv,
+                   char **pos, int max_pos, int *n_pos);
+/* The table and its length, for kvc_opts_parse(cmd, KVC_OPTS(opts), ...). */
+#define KVC_OPTS(opts) (opts), (int)(sizeof(opts) / sizeof((opts)[0]))
+/* The exit code of a parse that did not return KVC_ARGS_OK: 0 after printing
+ * usage for --help, 2 for an error (already reported). */
+int kvc_opts_exit(int rc, const char *usage);
+
+/* ---- the flags shared with llama.cpp ----------------------------------------- */
 
 enum {
     KVC_F_MODEL = 1u << 0,   /* -m, --model FILE */
@@ -36,9 +89,9 @@ typedef struct kvc_args {
     int n_ctx;          /* -c: 0 = the model's training context */
     int n_threads;      /* -t: 0 = one per CPU */
     int n_batch;        /* -b: prefill chunk, 0 = 512 */
-    float temp;         /* --temp: <= 0 greedy */
+    double temp;        /* --temp: <= 0 greedy */
     int top_k;          /* --top-k: <= 0 off */
-    float top_p;        /* --top-p: >= 1 off */
+    double top_p;       /* --top-p: >= 1 off */
     uint64_t seed;      /* --seed */
     int seed_set;
     const char *kv;     /* --kv: cache method spec */
@@ -46,7 +99,7 @@ typedef struct kvc_args {
     int raw;            /* --raw: no chat template */
     const char *system; /* --system: system message for the chat template */
     int n_pos;
-    char **pos;         /* positional arguments (points into argv) */
+    char *pos[64];      /* positional arguments (point into argv) */
 } kvc_args;
 
 typedef struct kvc_cmd_help {
@@ -56,18 +109,11 @@ typedef struct kvc_cmd_help {
     unsigned flags;      /* KVC_F_* accepted */
 } kvc_cmd_help;
 
-enum { KVC_ARGS_OK = 0, KVC_ARGS_HELP = 1, KVC_ARGS_ERROR = 2 };
-
 /* Fills defaults, then parses argv[1..argc) (argv[0] is the subcommand name).
  * KVC_ARGS_HELP: help was printed to stdout (exit 0). KVC_ARGS_ERROR: a message
  * naming the flag was printed to stderr (exit 2). */
 int kvc_args_parse(int argc, char **argv, const kvc_cmd_help *cmd, kvc_args *a);
-void kvc_args_help(const kvc_cmd_help *cmd, void *out /* FILE* */);
-
-/* Parse a whole decimal/float value of flag `flag` within [lo, hi]; on failure
- * print "kvcomp: FLAG: ..." to stderr and return -1. */
-int kvc_arg_int(const char *flag, const char *val, long long lo, long long hi, long long *out);
-int kvc_arg_float(const char *flag, const char *val, double lo, double hi, double *out);
+void kvc_args_help(const kvc_cmd_help *cmd, FILE *out);
 
 /* Reads a whole file into a malloc'd NUL-terminated buffer; NULL with a
  * message on stderr when it cannot. */

@@ -20,31 +20,6 @@
 #define MAX_SPECS 32
 #define MAX_CTXS 32
 
-static int flag(int argc, char **argv, int *i, const char *s, const char *l, const char **val,
-                int *bad) {
-    const char *a = argv[*i];
-    size_t n = strlen(l);
-    if (strncmp(a, l, n) == 0 && a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (strcmp(a, l) != 0 && !(s && strcmp(a, s) == 0)) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "kvcomp bench: %s needs a value\n", a);
-        *bad = 1;
-        return 1;
-    }
-    *val = argv[++*i];
-    return 1;
-}
-
-static int int_flag(const char *name, const char *v, long long lo, long long hi, int *out) {
-    long long x;
-    if (kvc_arg_int(name, v, lo, hi, &x) != 0) return 1;
-    *out = (int)x;
-    return 0;
-}
-
 /* "4096,64k,1M" -> token counts (k = 1024, M = 1048576). Returns 0 or 2. */
 static int parse_ctx_list(const char *list, int *ctxs, int *n) {
     *n = 0;
@@ -85,34 +60,24 @@ static int split_specs(const char *cmd, const char *list, char **specs, int *n) 
 
 /* ---- bench bw ------------------------------------------------------------------- */
 
+static const char k_bw_usage[] =
+    "usage: kvcomp bench bw [--size MIB] [--runs N] [-t N] [--cpu-clock] [--json]\n\n"
+    "Measured read bandwidth: all threads sum a buffer (default 1024 MiB) with\n"
+    "the widest vector loads of the active ISA; the best of --runs (default 7).\n"
+    "--cpu-clock times with the process CPU clock (use with -t 1 on a loaded\n"
+    "machine: time given to other processes is left out).\n";
+
 static int bench_bw(int argc, char **argv) {
     int mib = 1024, runs = 7, threads = 0, json = 0, cpu_clock = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int bad = 0;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: kvcomp bench bw [--size MIB] [--runs N] [-t N] [--cpu-clock] [--json]\n\n"
-                   "Measured read bandwidth: all threads sum a buffer (default 1024 MiB) with\n"
-                   "the widest vector loads of the active ISA; the best of --runs (default 7).\n"
-                   "--cpu-clock times with the process CPU clock (use with -t 1 on a loaded\n"
-                   "machine: time given to other processes is left out).\n");
-            return 0;
-        } else if (flag(argc, argv, &i, NULL, "--size", &v, &bad)) {
-            bad = bad || int_flag("--size", v, 64, 1 << 16, &mib);
-        } else if (flag(argc, argv, &i, NULL, "--runs", &v, &bad)) {
-            bad = bad || int_flag("--runs", v, 1, 1000, &runs);
-        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
-            bad = bad || int_flag("-t", v, 1, 1024, &threads);
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (strcmp(argv[i], "--cpu-clock") == 0) {
-            cpu_clock = 1;
-        } else {
-            fprintf(stderr, "kvcomp bench bw: unknown option '%s'\n", argv[i]);
-            return 2;
-        }
-        if (bad) return 2;
-    }
+    const kvc_opt opts[] = {
+        KVC_INT_OPT(NULL, "--size", &mib, 64, 1 << 16),
+        KVC_INT_OPT(NULL, "--runs", &runs, 1, 1000),
+        KVC_INT_OPT("-t", "--threads", &threads, 1, KVC_MAX_THREADS),
+        KVC_SWITCH_OPT("--json", &json),
+        KVC_SWITCH_OPT("--cpu-clock", &cpu_clock),
+    };
+    int rc = kvc_opts_parse("bench bw", KVC_OPTS(opts), argc, argv, NULL, 0, NULL);
+    if (rc != KVC_ARGS_OK) return kvc_opts_exit(rc, k_bw_usage);
     kvc_bench_bw_result r;
     if (kvc_bench_bw((size_t)mib << 20, runs, threads, cpu_clock, &r) != KVC_OK) {
         fprintf(stderr, "kvcomp bench bw: %s\n", kvc_last_error());
@@ -178,52 +143,28 @@ static int bench_attn(int argc, char **argv) {
     const char *model = NULL, *dump = NULL;
     int heads = 9, kv_heads = 3, head_dim = 64, dump_layer = -1, layers = 0, reps = 0;
     int threads = 0, no_bw = 0, json = 0, cpu_clock = 0;
-    long long seed = 1;
+    uint64_t seed = 1;
     double min_time = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int bad = 0;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            fputs(k_attn_usage, stdout);
-            return 0;
-        } else if (flag(argc, argv, &i, NULL, "--ctx", &v, &bad)) {
-            ctx_list = v;
-        } else if (flag(argc, argv, &i, NULL, "--kv", &v, &bad)) {
-            kv = v;
-        } else if (flag(argc, argv, &i, "-m", "--model", &v, &bad)) {
-            model = v;
-        } else if (flag(argc, argv, &i, NULL, "--heads", &v, &bad)) {
-            bad = bad || int_flag("--heads", v, 1, 1024, &heads);
-        } else if (flag(argc, argv, &i, NULL, "--kv-heads", &v, &bad)) {
-            bad = bad || int_flag("--kv-heads", v, 1, 1024, &kv_heads);
-        } else if (flag(argc, argv, &i, NULL, "--head-dim", &v, &bad)) {
-            bad = bad || int_flag("--head-dim", v, 1, 1024, &head_dim);
-        } else if (flag(argc, argv, &i, NULL, "--dump", &v, &bad)) {
-            dump = v;
-        } else if (flag(argc, argv, &i, NULL, "--dump-layer", &v, &bad)) {
-            bad = bad || int_flag("--dump-layer", v, 0, 1023, &dump_layer);
-        } else if (flag(argc, argv, &i, NULL, "--layers", &v, &bad)) {
-            bad = bad || int_flag("--layers", v, 1, 1024, &layers);
-        } else if (flag(argc, argv, &i, NULL, "--reps", &v, &bad)) {
-            bad = bad || int_flag("--reps", v, 1, 100000, &reps);
-        } else if (flag(argc, argv, &i, NULL, "--min-time", &v, &bad)) {
-            bad = bad || kvc_arg_float("--min-time", v, 0.0, 3600.0, &min_time) != 0;
-        } else if (flag(argc, argv, &i, NULL, "--seed", &v, &bad)) {
-            bad = bad || kvc_arg_int("--seed", v, 0, INT64_MAX, &seed) != 0;
-        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
-            bad = bad || int_flag("-t", v, 1, 1024, &threads);
-        } else if (strcmp(argv[i], "--no-bw") == 0) {
-            no_bw = 1;
-        } else if (strcmp(argv[i], "--cpu-clock") == 0) {
-            cpu_clock = 1;
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else {
-            fprintf(stderr, "kvcomp bench attn: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-        if (bad) return 2;
-    }
+    const kvc_opt opts[] = {
+        KVC_STR_OPT(NULL, "--ctx", &ctx_list),
+        KVC_STR_OPT(NULL, "--kv", &kv),
+        KVC_STR_OPT("-m", "--model", &model),
+        KVC_INT_OPT(NULL, "--heads", &heads, 1, 1024),
+        KVC_INT_OPT(NULL, "--kv-heads", &kv_heads, 1, 1024),
+        KVC_INT_OPT(NULL, "--head-dim", &head_dim, 1, 1024),
+        KVC_STR_OPT(NULL, "--dump", &dump),
+        KVC_INT_OPT(NULL, "--dump-layer", &dump_layer, 0, 1023),
+        KVC_INT_OPT(NULL, "--layers", &layers, 1, 1024),
+        KVC_INT_OPT(NULL, "--reps", &reps, 1, 100000),
+        KVC_NUM_OPT(NULL, "--min-time", &min_time, 0.0, 3600.0),
+        KVC_SEED_OPT(NULL, "--seed", &seed, NULL),
+        KVC_INT_OPT("-t", "--threads", &threads, 1, KVC_MAX_THREADS),
+        KVC_SWITCH_OPT("--no-bw", &no_bw),
+        KVC_SWITCH_OPT("--cpu-clock", &cpu_clock),
+        KVC_SWITCH_OPT("--json", &json),
+    };
+    int rc = kvc_opts_parse("bench attn", KVC_OPTS(opts), argc, argv, NULL, 0, NULL);
+    if (rc != KVC_ARGS_OK) return kvc_opts_exit(rc, k_attn_usage);
     if (heads % kv_heads != 0) {
         fprintf(stderr, "kvcomp bench attn: --heads %d is not a multiple of --kv-heads %d\n",
                 heads, kv_heads);
@@ -262,7 +203,7 @@ static int bench_attn(int argc, char **argv) {
         return 1;
     }
     kvc_bench_attn_params p = {heads, kv_heads, head_dim, ctxs, n_ctxs, threads, layers, reps,
-                               min_time, (uint64_t)seed, dump, dump_layer, bw.best_gbps,
+                               min_time, seed, dump, dump_layer, bw.best_gbps,
                                cpu_clock};
     kvc_bench_attn_row *rows = calloc((size_t)n_ctxs * n_specs, sizeof *rows);
     if (!rows || kvc_bench_attn_run(&p, specs, n_specs, rows) != KVC_OK) {
@@ -283,7 +224,7 @@ static int bench_attn(int argc, char **argv) {
     }
     double bw_ref = bw_end.best_gbps > bw.best_gbps ? bw_end.best_gbps : bw.best_gbps;
     for (int i = 0; i < n_ctxs * n_specs && !no_bw; i++) rows[i].frac_bw = rows[i].gbps / bw_ref;
-    int n_threads = threads > 0 ? threads : kvc_default_threads();
+    int n_threads = kvc_threads_resolve(threads);
     if (json) {
         kvc_json j;
         kvc_json_init(&j, stdout, 1);
@@ -373,43 +314,27 @@ static const char k_decode_usage[] =
     "      --ctx N        context tokens before decoding (default 8192)\n"
     "  -n, --n-gen N      decode steps timed (default 64)\n"
     "      --kv LIST      methods (default full:f16,full:bf16,full:f32)\n"
-    "      --text FILE    text for the tokens (default data/alice.txt)\n"
+    "      --text FILE    text for the tokens (default " KVC_DEFAULT_TEXT ")\n"
     "  -t, --threads N    worker threads (default: one per CPU)\n"
     "  -b, --batch-size N prefill chunk (default 512)\n"
     "      --json         print one JSON object instead of the table\n";
 
 static int bench_decode(int argc, char **argv) {
     const char *model = KVC_DEFAULT_MODEL, *kv = "full:f16,full:bf16,full:f32";
-    const char *text_path = "data/alice.txt";
+    const char *text_path = KVC_DEFAULT_TEXT;
     int n_ctx = 8192, n_gen = 64, threads = 0, batch = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL;
-        int bad = 0;
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            fputs(k_decode_usage, stdout);
-            return 0;
-        } else if (flag(argc, argv, &i, "-m", "--model", &v, &bad)) {
-            model = v;
-        } else if (flag(argc, argv, &i, "-c", "--ctx", &v, &bad)) {
-            bad = bad || int_flag("--ctx", v, 1, 1 << 23, &n_ctx);
-        } else if (flag(argc, argv, &i, "-n", "--n-gen", &v, &bad)) {
-            bad = bad || int_flag("-n", v, 1, 1 << 20, &n_gen);
-        } else if (flag(argc, argv, &i, NULL, "--kv", &v, &bad)) {
-            kv = v;
-        } else if (flag(argc, argv, &i, NULL, "--text", &v, &bad)) {
-            text_path = v;
-        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
-            bad = bad || int_flag("-t", v, 1, 1024, &threads);
-        } else if (flag(argc, argv, &i, "-b", "--batch-size", &v, &bad)) {
-            bad = bad || int_flag("-b", v, 1, 65536, &batch);
-        } else if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else {
-            fprintf(stderr, "kvcomp bench decode: unknown option '%s' (see --help)\n", argv[i]);
-            return 2;
-        }
-        if (bad) return 2;
-    }
+    const kvc_opt opts[] = {
+        KVC_STR_OPT("-m", "--model", &model),
+        KVC_INT_OPT("-c", "--ctx", &n_ctx, 1, 1 << 23),
+        KVC_INT_OPT("-n", "--n-gen", &n_gen, 1, 1 << 20),
+        KVC_STR_OPT(NULL, "--kv", &kv),
+        KVC_STR_OPT(NULL, "--text", &text_path),
+        KVC_INT_OPT("-t", "--threads", &threads, 1, KVC_MAX_THREADS),
+        KVC_INT_OPT("-b", "--batch-size", &batch, 1, 65536),
+        KVC_SWITCH_OPT("--json", &json),
+    };
+    int rc = kvc_opts_parse("bench decode", KVC_OPTS(opts), argc, argv, NULL, 0, NULL);
+    if (rc != KVC_ARGS_OK) return kvc_opts_exit(rc, k_decode_usage);
     char *specs[MAX_SPECS];
     int n_specs = 0;
     if (split_specs("decode", kv, specs, &n_specs)) return 2;
@@ -417,7 +342,8 @@ static int bench_decode(int argc, char **argv) {
     char *text = NULL;
     size_t text_len = 0;
     int32_t *toks = NULL;
-    int n_toks = 0, rc = 1;
+    int n_toks = 0;
+    rc = 1;
     kvc_bench_decode_row *rows = calloc((size_t)n_specs, sizeof *rows);
     kvc_bench_decode_params p = {n_ctx, n_gen, threads, batch};
     if (!rows) {
@@ -433,7 +359,7 @@ static int bench_decode(int argc, char **argv) {
     if (rc == 0) {
         kvc_model_info info;
         kvc_model_info_get(m, &info);
-        int n_threads = threads > 0 ? threads : kvc_default_threads();
+        int n_threads = kvc_threads_resolve(threads);
         if (json) {
             kvc_json j;
             kvc_json_init(&j, stdout, 1);

@@ -16,7 +16,7 @@
 
 static const char k_usage[] =
     "usage: kvcomp dump-kv [-m MODEL] [--text FILE] [--ctx N] -o FILE [--f16] [-t N] [-b N]\n\n"
-    "Prefills --ctx tokens of a text (default data/alice.txt, 8192 tokens or the whole text)\n"
+    "Prefills --ctx tokens of a text (default " KVC_DEFAULT_TEXT ", 8192 tokens or the whole text)\n"
     "and writes every layer's post-RoPE K and V to FILE (format: src/eval/kvdump.h; f32, or\n"
     "half precision with --f16). 8192 tokens of SmolLM2-135M take 377 MB in f32.\n";
 
@@ -34,41 +34,19 @@ static void observe(void *user, int layer, int pos0, int n, const float *k, cons
 }
 
 int kvc_cli_dump_kv(int argc, char **argv) {
-    const char *model = KVC_DEFAULT_MODEL, *text_path = "data/alice.txt", *out = NULL;
+    const char *model = KVC_DEFAULT_MODEL, *text_path = KVC_DEFAULT_TEXT, *out = NULL;
     int ctx_n = 8192, f16 = 0, threads = 0, batch = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long long x;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(k_usage, stdout);
-            return 0;
-        }
-        if (strcmp(a, "--f16") == 0) {
-            f16 = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kvcomp dump-kv: %s needs a value (or is unknown; see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--text")) text_path = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
-        else if (!strcmp(a, "--ctx") || !strcmp(a, "-c")) {
-            if (kvc_arg_int("--ctx", v, 1, KVC_KVDUMP_MAX_TOKENS, &x)) return 2;
-            ctx_n = (int)x;
-        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
-            if (kvc_arg_int("-t", v, 1, 1024, &x)) return 2;
-            threads = (int)x;
-        } else if (!strcmp(a, "-b") || !strcmp(a, "--batch-size")) {
-            if (kvc_arg_int("-b", v, 1, 65536, &x)) return 2;
-            batch = (int)x;
-        } else {
-            fprintf(stderr, "kvcomp dump-kv: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-    }
+    const kvc_opt opts[] = {
+        KVC_STR_OPT("-m", "--model", &model),
+        KVC_STR_OPT(NULL, "--text", &text_path),
+        KVC_STR_OPT("-o", "--output", &out),
+        KVC_INT_OPT("-c", "--ctx", &ctx_n, 1, KVC_KVDUMP_MAX_TOKENS),
+        KVC_INT_OPT("-t", "--threads", &threads, 1, KVC_MAX_THREADS),
+        KVC_INT_OPT("-b", "--batch-size", &batch, 1, 65536),
+        KVC_SWITCH_OPT("--f16", &f16),
+    };
+    int rc = kvc_opts_parse("dump-kv", KVC_OPTS(opts), argc, argv, NULL, 0, NULL);
+    if (rc != KVC_ARGS_OK) return kvc_opts_exit(rc, k_usage);
     if (!out) {
         fprintf(stderr, "kvcomp dump-kv: give the output file with -o FILE\n");
         return 2;
@@ -78,7 +56,8 @@ int kvc_cli_dump_kv(int argc, char **argv) {
     char *text = NULL;
     size_t text_len = 0;
     int32_t *toks = NULL;
-    int n_toks = 0, rc = 1;
+    int n_toks = 0;
+    rc = 1;
     dump_state d = {NULL, KVC_OK, ""};
     if (kvc_eval_read_file(text_path, (size_t)64 << 20, &text, &text_len) != KVC_OK ||
         kvc_model_load(model, &m) != KVC_OK ||

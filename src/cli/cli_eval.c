@@ -16,13 +16,12 @@
 #include "eval/report.h"
 #include "kvcomp.h"
 
-#define DEFAULT_TEXT "data/alice.txt"
 #define MAX_SPECS 32
 
 typedef struct eval_opts {
     const char *model, *text, *kv, *plot, *task;
     int ctx, cont, threads, batch, json, dense_check, len, samples, verbose;
-    long long seed;
+    uint64_t seed;
 } eval_opts;
 
 static const char k_kl_usage[] =
@@ -36,7 +35,7 @@ static const char k_kl_usage[] =
     "token and bits per element of the cache.\n\n"
     "options:\n"
     "  -m, --model FILE     GGUF model (default " KVC_DEFAULT_MODEL ")\n"
-    "      --text FILE      text to evaluate on (default " DEFAULT_TEXT ")\n"
+    "      --text FILE      text to evaluate on (default " KVC_DEFAULT_TEXT ")\n"
     "      --ctx N          context tokens (default 8192)\n"
     "      --cont N         scored continuation tokens (default 256)\n"
     "      --kv LIST        methods, comma-separated (default full:f16,full:bf16)\n"
@@ -56,7 +55,7 @@ static const char k_ruler_usage[] =
     "Every method of --kv sees the same samples.\n\n"
     "options:\n"
     "  -m, --model FILE     GGUF model (default " KVC_DEFAULT_MODEL ")\n"
-    "      --text FILE      haystack text (default " DEFAULT_TEXT ")\n"
+    "      --text FILE      haystack text (default " KVC_DEFAULT_TEXT ")\n"
     "      --task LIST      niah_single, niah_multikey, niah_multivalue, niah_multiquery,\n"
     "                       passkey, vt, or all (default niah_single)\n"
     "      --len N          tokens per sample: prompt + answer (default 4096)\n"
@@ -69,79 +68,41 @@ static const char k_ruler_usage[] =
     "      --plot FILE      PNG of mean accuracy against bytes per token (gnuplot)\n"
     "      --verbose        print every sample's answer to stderr\n";
 
-/* Matches "--flag VALUE" / "--flag=VALUE" / a short alias; *bad set on a missing value. */
-static int flag(int argc, char **argv, int *i, const char *s, const char *l, const char **val,
-                int *bad) {
-    const char *a = argv[*i];
-    size_t n = strlen(l);
-    if (strncmp(a, l, n) == 0 && a[n] == '=') {
-        *val = a + n + 1;
-        return 1;
-    }
-    if (strcmp(a, l) != 0 && !(s && strcmp(a, s) == 0)) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "kvcomp eval: %s needs a value\n", a);
-        *bad = 1;
-        return 1;
-    }
-    *val = argv[++*i];
-    return 1;
-}
-
-static int int_flag(const char *name, const char *v, long long lo, long long hi, int *out) {
-    long long x;
-    if (kvc_arg_int(name, v, lo, hi, &x) != 0) return 1;
-    *out = (int)x;
-    return 0;
-}
-
-/* Returns 0 ok, 1 help printed, 2 bad usage. */
+/* Returns 0 to go on, or the exit code (0 after --help, 2 on bad usage). */
 static int parse(int argc, char **argv, eval_opts *o, int ruler) {
-    const char *usage = ruler ? k_ruler_usage : k_kl_usage;
-    for (int i = 1; i < argc; i++) {
-        const char *v = NULL, *a = argv[i];
-        int bad = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            fputs(usage, stdout);
-            return 1;
-        } else if (flag(argc, argv, &i, "-m", "--model", &v, &bad)) {
-            o->model = v;
-        } else if (flag(argc, argv, &i, NULL, "--text", &v, &bad)) {
-            o->text = v;
-        } else if (flag(argc, argv, &i, NULL, "--kv", &v, &bad)) {
-            o->kv = v;
-        } else if (flag(argc, argv, &i, NULL, "--plot", &v, &bad)) {
-            o->plot = v;
-        } else if (flag(argc, argv, &i, "-t", "--threads", &v, &bad)) {
-            bad = bad || int_flag("-t", v, 1, 1024, &o->threads);
-        } else if (flag(argc, argv, &i, "-b", "--batch-size", &v, &bad)) {
-            bad = bad || int_flag("-b", v, 1, 65536, &o->batch);
-        } else if (strcmp(a, "--json") == 0) {
-            o->json = 1;
-        } else if (!ruler && flag(argc, argv, &i, "-c", "--ctx", &v, &bad)) {
-            bad = bad || int_flag("--ctx", v, 1, 1 << 22, &o->ctx);
-        } else if (!ruler && flag(argc, argv, &i, NULL, "--cont", &v, &bad)) {
-            bad = bad || int_flag("--cont", v, 1, 1 << 16, &o->cont);
-        } else if (!ruler && strcmp(a, "--dense-check") == 0) {
-            o->dense_check = 1;
-        } else if (ruler && flag(argc, argv, &i, NULL, "--task", &v, &bad)) {
-            o->task = v;
-        } else if (ruler && flag(argc, argv, &i, NULL, "--len", &v, &bad)) {
-            bad = bad || int_flag("--len", v, 128, 1 << 22, &o->len);
-        } else if (ruler && flag(argc, argv, &i, NULL, "--samples", &v, &bad)) {
-            bad = bad || int_flag("--samples", v, 1, 1 << 20, &o->samples);
-        } else if (ruler && flag(argc, argv, &i, NULL, "--seed", &v, &bad)) {
-            bad = bad || kvc_arg_int("--seed", v, 0, INT64_MAX, &o->seed) != 0;
-        } else if (ruler && strcmp(a, "--verbose") == 0) {
-            o->verbose = 1;
-        } else {
-            fprintf(stderr, "kvcomp eval %s: unknown option '%s' (see kvcomp eval %s --help)\n",
-                    ruler ? "ruler" : "kl", a, ruler ? "ruler" : "kl");
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    return 0;
+    const kvc_opt common[] = {
+        KVC_STR_OPT("-m", "--model", &o->model),
+        KVC_STR_OPT(NULL, "--text", &o->text),
+        KVC_STR_OPT(NULL, "--kv", &o->kv),
+        KVC_STR_OPT(NULL, "--plot", &o->plot),
+        KVC_INT_OPT("-t", "--threads", &o->threads, 1, KVC_MAX_THREADS),
+        KVC_INT_OPT("-b", "--batch-size", &o->batch, 1, 65536),
+        KVC_SWITCH_OPT("--json", &o->json),
+    };
+    const kvc_opt kl[] = {
+        KVC_INT_OPT("-c", "--ctx", &o->ctx, 1, 1 << 22),
+        KVC_INT_OPT(NULL, "--cont", &o->cont, 1, 1 << 16),
+        KVC_SWITCH_OPT("--dense-check", &o->dense_check),
+    };
+    const kvc_opt rl[] = {
+        KVC_STR_OPT(NULL, "--task", &o->task),
+        KVC_INT_OPT(NULL, "--len", &o->len, 128, 1 << 22),
+        KVC_INT_OPT(NULL, "--samples", &o->samples, 1, 1 << 20),
+        KVC_SEED_OPT(NULL, "--seed", &o->seed, NULL),
+        KVC_SWITCH_OPT("--verbose", &o->verbose),
+    };
+    enum { N_COMMON = sizeof common / sizeof common[0], N_OWN_MAX = 5 };
+    _Static_assert(sizeof kl <= sizeof(kvc_opt) * N_OWN_MAX &&
+                       sizeof rl <= sizeof(kvc_opt) * N_OWN_MAX,
+                   "room for the subcommand's own options");
+    kvc_opt opts[N_COMMON + N_OWN_MAX];
+    const kvc_opt *own = ruler ? rl : kl;
+    int n_own = ruler ? (int)(sizeof rl / sizeof rl[0]) : (int)(sizeof kl / sizeof kl[0]);
+    memcpy(opts, common, sizeof common);
+    memcpy(opts + N_COMMON, own, sizeof *own * (size_t)n_own);
+    int rc = kvc_opts_parse(ruler ? "eval ruler" : "eval kl", opts, N_COMMON + n_own, argc, argv,
+                            NULL, 0, NULL);
+    return rc == KVC_ARGS_OK ? -1 : kvc_opts_exit(rc, ruler ? k_ruler_usage : k_kl_usage);
 }
 
 /* Model, text and the method list, shared by both subcommands. */
@@ -297,10 +258,10 @@ static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_r
 }
 
 static int eval_kl(int argc, char **argv) {
-    eval_opts o = {.model = KVC_DEFAULT_MODEL, .text = DEFAULT_TEXT, .kv = "full:f16,full:bf16",
+    eval_opts o = {.model = KVC_DEFAULT_MODEL, .text = KVC_DEFAULT_TEXT, .kv = "full:f16,full:bf16",
                    .ctx = 8192, .cont = 256};
     int rc = parse(argc, argv, &o, 0);
-    if (rc) return rc == 1 ? 0 : 2;
+    if (rc >= 0) return rc;
     eval_setup s;
     if ((rc = setup_open(&s, &o, "kl")) != 0) {
         setup_free(&s);
@@ -474,10 +435,10 @@ static void ruler_json(const eval_opts *o, const eval_setup *s, const kvc_eval_r
 }
 
 static int eval_ruler(int argc, char **argv) {
-    eval_opts o = {.model = KVC_DEFAULT_MODEL, .text = DEFAULT_TEXT, .kv = "full:f16,full:bf16",
+    eval_opts o = {.model = KVC_DEFAULT_MODEL, .text = KVC_DEFAULT_TEXT, .kv = "full:f16,full:bf16",
                    .task = "niah_single", .len = 4096, .samples = 50, .seed = 1};
     int rc = parse(argc, argv, &o, 1);
-    if (rc) return rc == 1 ? 0 : 2;
+    if (rc >= 0) return rc;
     kvc_ruler_task tasks[KVC_RULER_N_TASKS];
     int n_tasks = 0;
     if ((rc = parse_tasks(o.task, tasks, &n_tasks)) != 0) return rc;
@@ -486,7 +447,7 @@ static int eval_ruler(int argc, char **argv) {
         setup_free(&s);
         return rc;
     }
-    kvc_eval_ruler_params p = {o.len, o.samples, (uint64_t)o.seed, o.threads, o.batch, tasks,
+    kvc_eval_ruler_params p = {o.len, o.samples, o.seed, o.threads, o.batch, tasks,
                                n_tasks, o.verbose ? on_sample : NULL, NULL};
     kvc_eval_ruler_report r;
     if (kvc_eval_ruler_run(s.m, s.text, s.text_len, &p, s.specs, s.n_specs, &r) != KVC_OK) {

@@ -4,26 +4,19 @@
 #include <string.h>
 
 #include "base/json.h"
+#include "cli/args.h"
 #include "cli/cli.h"
 #include "eval/report.h"
 #include "kvcomp.h"
 
 int kvc_cli_methods(int argc, char **argv) {
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--json") == 0) {
-            json = 1;
-        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: kvcomp methods [--json]\n\n"
-                   "Lists every KV cache method for --kv with its parameters, defaults and\n"
-                   "ranges. A spec is name[:key=value,...][+modifier[:key=value,...]].\n");
-            return 0;
-        } else {
-            fprintf(stderr, "kvcomp methods: unexpected argument '%s' (see kvcomp methods --help)\n",
-                    argv[i]);
-            return 2;
-        }
-    }
+    const kvc_opt opts[] = {KVC_SWITCH_OPT("--json", &json)};
+    int rc = kvc_opts_parse("methods", KVC_OPTS(opts), argc, argv, NULL, 0, NULL);
+    if (rc != KVC_ARGS_OK)
+        return kvc_opts_exit(rc, "usage: kvcomp methods [--json]\n\n"
+                                 "Lists every KV cache method for --kv with its parameters, defaults and\n"
+                                 "ranges. A spec is name[:key=value,...][+modifier[:key=value,...]].\n");
     if (json) {
         kvc_json j;
         kvc_json_init(&j, stdout, 1);

@@ -12,59 +12,33 @@
 
 static const char k_usage[] =
     "usage: kvcomp profile [-m MODEL] [--text FILE] -o FILE [--prompts N] [--prompt-len N]\n"
-    "                      [--top F] [--seed N] [--random] [--json]\n\n"
+    "                      [--top F] [--seed N] [--random] [-t N] [--json]\n\n"
     "KVmix layer-importance profile: forward and backward passes of the model over --prompts\n"
-    "prompts of --prompt-len tokens sampled from --text (default data/alice.txt; 24 x 512),\n"
+    "prompts of --prompt-len tokens sampled from --text (default " KVC_DEFAULT_TEXT "; 24 x 512),\n"
     "per layer the mean Frobenius norms of dLoss/dW_k and dLoss/dW_v; the top --top fraction\n"
     "of layers (default 0.2) get K 3 / V 4 bits and a recent-context ratio of 0.2, the rest\n"
     "2 bits and 0.1. Prints the ranking and writes FILE. --random skips the gradients and\n"
-    "draws the high-bit layers at random (same average bits; the paper's ablation).\n";
+    "draws the high-bit layers at random (same average bits; the paper's ablation).\n"
+    "-t sets the threads of the passes (default: one per CPU).\n";
 
 int kvc_cli_profile(int argc, char **argv) {
-    const char *model = KVC_DEFAULT_MODEL, *text_path = "data/alice.txt", *out = NULL;
+    const char *model = KVC_DEFAULT_MODEL, *text_path = KVC_DEFAULT_TEXT, *out = NULL;
     kvc_profile_params p = {.n_prompts = 0, .prompt_len = 0, .top_frac = -1, .seed = 0};
     int json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        long long x;
-        double f;
-        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            fputs(k_usage, stdout);
-            return 0;
-        }
-        if (!strcmp(a, "--random")) {
-            p.random = 1;
-            continue;
-        }
-        if (!strcmp(a, "--json")) {
-            json = 1;
-            continue;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "kvcomp profile: %s needs a value (or is unknown; see --help)\n", a);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(a, "-m") || !strcmp(a, "--model")) model = v;
-        else if (!strcmp(a, "--text") || !strcmp(a, "-f")) text_path = v;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
-        else if (!strcmp(a, "--prompts")) {
-            if (kvc_arg_int("--prompts", v, 1, 100000, &x)) return 2;
-            p.n_prompts = (int)x;
-        } else if (!strcmp(a, "--prompt-len")) {
-            if (kvc_arg_int("--prompt-len", v, 8, 8192, &x)) return 2;
-            p.prompt_len = (int)x;
-        } else if (!strcmp(a, "--top")) {
-            if (kvc_arg_float("--top", v, 0.0, 1.0, &f)) return 2;
-            p.top_frac = f;
-        } else if (!strcmp(a, "--seed")) {
-            if (kvc_arg_int("--seed", v, 0, (long long)(~0ull >> 1), &x)) return 2;
-            p.seed = (uint64_t)x;
-        } else {
-            fprintf(stderr, "kvcomp profile: unknown option '%s' (see --help)\n", a);
-            return 2;
-        }
-    }
+    const kvc_opt opts[] = {
+        KVC_STR_OPT("-m", "--model", &model),
+        KVC_STR_OPT("-f", "--text", &text_path),
+        KVC_STR_OPT("-o", "--output", &out),
+        KVC_INT_OPT(NULL, "--prompts", &p.n_prompts, 1, 100000),
+        KVC_INT_OPT(NULL, "--prompt-len", &p.prompt_len, 8, 8192),
+        KVC_NUM_OPT(NULL, "--top", &p.top_frac, 0.0, 1.0),
+        KVC_SEED_OPT(NULL, "--seed", &p.seed, NULL),
+        KVC_INT_OPT("-t", "--threads", &p.n_threads, 1, KVC_MAX_THREADS),
+        KVC_SWITCH_OPT("--random", &p.random),
+        KVC_SWITCH_OPT("--json", &json),
+    };
+    int rc = kvc_opts_parse("profile", KVC_OPTS(opts), argc, argv, NULL, 0, NULL);
+    if (rc != KVC_ARGS_OK) return kvc_opts_exit(rc, k_usage);
     if (!out) {
         fprintf(stderr, "kvcomp profile: give the output file with -o FILE\n");
         return 2;
@@ -72,7 +46,7 @@ int kvc_cli_profile(int argc, char **argv) {
     kvc_model *m = NULL;
     char *text = NULL;
     size_t len = 0;
-    int rc = 1;
+    rc = 1;
     if (!p.random) {
         text = kvc_read_file(text_path, &len);
         if (!text) return 1;

@@ -18,7 +18,7 @@ int kvc_session_open(kvc_session *s, const kvc_args *a, const char *cmd) {
     memset(s, 0, sizeof *s);
     s->a = a;
     s->cmd = cmd;
-    const char *spec = a->kv ? a->kv : "full:f32";
+    const char *spec = a->kv ? a->kv : KVC_DEFAULT_KV;
     if (kvc_method_validate(spec) != KVC_OK) {
         fprintf(stderr, "kvcomp %s: --kv %s: %s\n", cmd, spec, kvc_last_error());
         return 2;
@@ -186,7 +186,7 @@ void kvc_session_summary(const kvc_session *s, FILE *out) {
             "prompt %d tok %.1f tok/s | decode %d tok %.1f tok/s | KV %s %.2f MiB, %.2f "
             "bits/elem, %.2fx %s | weights %.2fs attention %.2fs cache %.2fs\n",
             s->n_prefill, rate(s->n_prefill, s->prefill_s), s->n_decode,
-            rate(s->n_decode, s->decode_s), s->a->kv ? s->a->kv : "full:f32",
+            rate(s->n_decode, s->decode_s), s->a->kv ? s->a->kv : KVC_DEFAULT_KV,
             kv_bytes / (1024.0 * 1024.0), cs.bits_per_element,
             larger ? 1.0 / cs.ratio_vs_f16 : cs.ratio_vs_f16,
             larger ? "larger than dense f16" : "smaller than dense f16",
@@ -200,7 +200,7 @@ void kvc_session_summary_json(const kvc_session *s, void *jv) {
     kvc_ctx_timing tm;
     kvc_ctx_timing_get(s->ctx, &tm);
     kvc_json_key(j, "kv");
-    kvc_json_str(j, s->a->kv ? s->a->kv : "full:f32");
+    kvc_json_str(j, s->a->kv ? s->a->kv : KVC_DEFAULT_KV);
     kvc_json_key(j, "seed");
     kvc_json_uint(j, s->seed);
     kvc_json_key(j, "prompt_tokens");

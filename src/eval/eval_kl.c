@@ -178,7 +178,7 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
     rep->n_ctx = p->n_ctx;
     rep->n_cont = p->n_cont;
     rep->n_vocab = info.n_vocab;
-    rep->n_threads = p->n_threads > 0 ? p->n_threads : kvc_default_threads();
+    rep->n_threads = kvc_threads_resolve(p->n_threads);
     rep->methods = calloc((size_t)(n_specs > 0 ? n_specs : 1), sizeof *rep->methods);
     float *ref = malloc(sizeof(float) * nv * (size_t)p->n_cont);
     float *logits = malloc(sizeof(float) * nv);

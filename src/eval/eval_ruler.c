@@ -110,7 +110,7 @@ kvc_status kvc_eval_ruler_run(kvc_model *m, const char *haystack, size_t haystac
     rep->len = p->len;
     rep->samples = p->samples;
     rep->seed = p->seed;
-    rep->n_threads = p->n_threads > 0 ? p->n_threads : kvc_default_threads();
+    rep->n_threads = kvc_threads_resolve(p->n_threads);
     rep->n_tasks = p->n_tasks;
     rep->n_methods = n_specs;
     memcpy(rep->tasks, p->tasks, sizeof(kvc_ruler_task) * (size_t)p->n_tasks);

@@ -57,7 +57,7 @@ void kvc_report_machine_json(kvc_json *j, int n_threads) {
     kvc_json_kv_str(j, "cpu", cpu);
     kvc_json_kv_int(j, "cpus", kvc_default_threads());
     kvc_json_kv_str(j, "isa", kvc_isa_name(kvc_active_isa()));
-    kvc_json_kv_int(j, "threads", n_threads > 0 ? n_threads : kvc_default_threads());
+    kvc_json_kv_int(j, "threads", kvc_threads_resolve(n_threads));
     kvc_json_obj_end(j);
 }
 

@@ -79,7 +79,7 @@ kvc_status kvc_cache_create(const kvc_cache_shape *shape, const char *spec, stru
     c->G = shape->n_heads / shape->n_kv_heads;
     c->pool = pool;
     c->n_streams = shape->n_layers * shape->n_kv_heads;
-    kvc_status st = kvc_spec_parse(spec ? spec : "full:f32", &c->spec);
+    kvc_status st = kvc_spec_parse(spec ? spec : KVC_DEFAULT_KV, &c->spec);
     if (st != KVC_OK) {
         free(c);
         return st;

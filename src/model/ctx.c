@@ -42,7 +42,7 @@ kvc_status kvc_ctx_create(kvc_model *m, const kvc_ctx_params *p, kvc_ctx **out) 
     c->n_ctx = p->n_ctx > 0 ? p->n_ctx : m->cfg.ctx_train;
     c->n_batch = p->n_batch > 0 ? p->n_batch : 512;
     if (c->n_batch > c->n_ctx) c->n_batch = c->n_ctx;
-    const char *spec = p->kv_spec && *p->kv_spec ? p->kv_spec : "full:f32";
+    const char *spec = p->kv_spec && *p->kv_spec ? p->kv_spec : KVC_DEFAULT_KV;
     kvc_cache_shape shape = {m->cfg.n_layers, m->cfg.n_heads, m->cfg.n_kv_heads,
                              m->cfg.head_dim, c->n_ctx};
     kvc_status st = kvc_pool_create(p->n_threads, &c->pool);

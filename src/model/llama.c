@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/blas.h"
 #include "base/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -28,8 +29,6 @@
 #include "model/model.h"
 #include "model/wtype.h"
 
-/* OpenBLAS: the pool owns the threads; BLAS runs single-threaded per tile. */
-void openblas_set_num_threads(int n);
 
 /* Prefill tiles: at most TILE_ROWS weight rows (256 x 1536 f32 = 1.5 MiB per
  * thread), at least one tile per thread. Measured on the default model, 2048
@@ -96,7 +95,7 @@ kvc_status kvc_run_create(const kvc_model *m, int max_batch, int n_threads, kvc_
         if (m->w.rope_freqs) f /= m->w.rope_freqs[i];
         r->inv_freq[i] = (float)f;
     }
-    openblas_set_num_threads(1);
+    kvc_blas_set_threads(1); /* the pool owns the threads; BLAS runs per tile */
     *out = r;
     return KVC_OK;
 }

@@ -18,8 +18,6 @@
 #include "base/status.h"
 #include "model/wtype.h"
 
-void openblas_set_num_threads(int n);
-
 typedef struct bwd_w {
     float *wq, *wk, *wv, *wo, *wg, *wu, *wd; /* f32 copies, [out][in] */
 } bwd_w;
@@ -139,7 +137,6 @@ kvc_status kvc_bwd_create(const kvc_model *m, int max_tokens, kvc_bwd **out) {
         if (m->w.rope_freqs) f /= m->w.rope_freqs[i];
         b->inv_freq[i] = (float)f;
     }
-    openblas_set_num_threads(kvc_default_threads());
     *out = b;
     return KVC_OK;
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/blas.h"
 #include "base/json.h"
 #include "base/progress.h"
 #include "base/rng.h"
@@ -125,6 +126,7 @@ kvc_status kvc_profile_kvmix(const kvc_model *m, const char *text, size_t len,
         int got = 0;
         if (st == KVC_OK) st = kvc_tokenize(m, text, len, 0, 0, toks, n_tok, &got);
         if (st == KVC_OK) st = kvc_bwd_create(m, plen, &b);
+        kvc_blas_set_threads(pp->n_threads); /* the passes are large sgemms */
         kvc_progress prog;
         kvc_progress_begin(&prog, "kvmix profile", n_prompts);
         uint64_t seed0 = pp->seed ? pp->seed : 0x6b766d6978ull, seed = seed0;

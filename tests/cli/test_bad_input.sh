@@ -85,7 +85,7 @@ expect 2 "--top-p: 2 is outside" "$KVCOMP" run -m "$MODEL" -p hi --top-p 2
 expect 2 "--top-k: 'x' is not an integer" "$KVCOMP" run -m "$MODEL" -p hi --top-k x
 expect 2 "--seed" "$KVCOMP" run -m "$MODEL" -p hi --seed -3
 expect 2 "-m needs a value" "$KVCOMP" run -p hi -m
-expect 2 "unknown option --bogus" "$KVCOMP" run -m "$MODEL" -p hi --bogus
+expect 2 "unknown option '--bogus'" "$KVCOMP" run -m "$MODEL" -p hi --bogus
 expect 2 "give a prompt" "$KVCOMP" run -m "$MODEL"
 expect 2 "--kv nosuchmethod" "$KVCOMP" run -m "$MODEL" -p hi --kv nosuchmethod
 expect 1 "cannot open $TMP/missing.txt" "$KVCOMP" run -m "$MODEL" -f "$TMP/missing.txt"
