@@ -1,12 +1,15 @@
 # Thin front for the two set-up commands; the build itself is CMake.
 #   make run   set up, build, fetch the default model, generate with a compressed cache
 #   make test  build and run every test, then the whole suite again under ASan+UBSan
+#   make install [PREFIX=/usr/local]  the command, libkvcomp (shared and static),
+#              the headers and kvcomp.pc for pkg-config
 JOBS  ?= $(shell nproc)
 MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
 KV    ?= kivi:bits=4
+PREFIX ?= /usr/local
 PROMPT ?= Explain in three sentences why the sky is blue.
 
-.PHONY: all setup build build-asan model run test test-release test-asan fuzz fuzz-build format clean
+.PHONY: all setup build build-asan model run test test-release test-asan install fuzz fuzz-build format clean
 
 all: build
 
@@ -30,6 +33,9 @@ run: build model
 
 test: test-release test-asan
 
+install: build
+	cmake --install build --prefix $(PREFIX)
+
 test-release: build model
 	cd build && ctest --output-on-failure -j $(JOBS)
 
@@ -50,7 +56,7 @@ fuzz: fuzz-build
 
 fuzz-build: build-fuzz/fuzz_gguf
 
-build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRCS) $(wildcard src/gguf/*.h src/base/*.h include/*.h)
+build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRCS) $(wildcard src/gguf/*.h src/base/*.h include/*.h include/kvcomp/*.h)
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: needs clang with libFuzzer (apt-get install clang)" >&2; exit 1; }
 	@mkdir -p build-fuzz
 	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRCS) -lm -lpthread -o $@

@@ -3,7 +3,11 @@
  * The public API: opaque handles, one status enum, a doc block per function.
  * The library never exits or aborts on bad input: every function that can fail
  * returns a kvc_status, and kvc_last_error() says what failed (naming the field
- * and the value) on the calling thread. The kvcomp command uses only this header.
+ * and the value) on the calling thread. Load a model, create a context with a
+ * --kv method spec, tokenize, prefill, decode, sample, read the cache's stats,
+ * list the methods. Link with `pkg-config --libs kvcomp`; examples/ shows a
+ * whole program. The measuring tools (benchmarks, evaluations, the KVmix
+ * profiler, reports) are in kvcomp_eval.h.
  */
 #ifndef KVCOMP_H
 #define KVCOMP_H
@@ -54,13 +58,6 @@ int kvc_default_threads(void);
 /* The thread-count rule of every n_threads parameter: n_threads when > 0,
  * else kvc_default_threads(). */
 int kvc_threads_resolve(int n_threads);
-
-/* ---- GGUF inspection ------------------------------------------------------ */
-
-/* Prints a GGUF file's header, metadata (arrays abbreviated) and tensor table
- * (name, type, shape, bytes) to `out`, or one JSON object when json != 0.
- * Fails with a message naming the bad field on a malformed file. */
-kvc_status kvc_inspect(const char *path, void *out /* FILE* */, int json);
 
 /* ---- model ---------------------------------------------------------------- */
 
@@ -129,11 +126,37 @@ kvc_status kvc_chat_apply(const kvc_model *m, const kvc_chat_msg *msgs, int n_ms
 /* A cache is chosen by a method spec "name[:key=value,...]", e.g.
  * "full:f16" or "kivi:bits=2,group=32,window=32". */
 
-/* Prints every method with its parameters, defaults and one-line description. */
-void kvc_methods_print(void *out /* FILE* */);
-
 /* Checks a spec without building a cache; the error lists valid names/keys. */
 kvc_status kvc_method_validate(const char *spec);
+
+/* The methods a spec can name, with their parameters (what `kvcomp methods`
+ * prints). Strings are static. */
+typedef struct kvc_method_info {
+    const char *name;    /* "kivi" */
+    const char *summary; /* one line */
+    const char *paper;   /* "KIVI (Liu et al., ICML 2024)"; "" for none */
+    int base;            /* may start a spec */
+    int modifier;        /* may follow '+' */
+    int n_params;
+    int positional;      /* index of the parameter a bare value sets (full:f16); -1: none */
+} kvc_method_info;
+
+typedef struct kvc_method_param {
+    const char *key;     /* "bits" */
+    const char *type;    /* "int", "float", "enum" (one of choices), "bool" or "string" */
+    const char *def;     /* default as text ("" for none) */
+    double min, max;     /* range of int and float parameters */
+    const char *choices; /* "f32|f16|bf16" for an enum; "" otherwise */
+    const char *help;    /* one line */
+} kvc_method_param;
+
+int kvc_method_count(void);
+/* Method i in [0, kvc_method_count()); KVC_ERR_RANGE outside. */
+kvc_status kvc_method_get(int i, kvc_method_info *out);
+/* Parameter j of method i; KVC_ERR_RANGE outside. */
+kvc_status kvc_method_param_get(int i, int j, kvc_method_param *out);
+/* The modifiers method i accepts after '+' (NULL-terminated; empty when none). */
+const char *const *kvc_method_stacks_with(int i);
 
 typedef struct kvc_cache_stats {
     uint64_t tokens;          /* tokens held, summed over layers / n_layers */
@@ -216,31 +239,8 @@ kvc_status kvc_sampler_create(const kvc_sampler_params *p, int n_vocab, kvc_samp
 void kvc_sampler_free(kvc_sampler *s);
 int32_t kvc_sampler_sample(kvc_sampler *s, const float *logits);
 
-/* ---- KVmix profiler ------------------------------------------------------- */
-
-typedef struct kvc_profile_params {
-    int n_prompts;      /* prompts sampled from the text; <= 0: 24 */
-    int prompt_len;     /* tokens per prompt (BOS included); <= 0: 512 */
-    double top_frac;    /* fraction of layers given high bits (K 3, V 4, RPC 0.2); < 0: 0.2 */
-    uint64_t seed;      /* prompt positions, and the ranking when `random` */
-    int random;         /* non-zero: no gradients; the top layers are drawn at random (ablation) */
-    const char *source; /* label written into the profile (e.g. the text's file name); may be NULL */
-    int n_threads;      /* OpenBLAS threads of the passes; <= 0: one per CPU */
-} kvc_profile_params;
-
-/* The KVmix profiler (the KVmix paper, "KV Importance Analysis"): samples prompts
- * from `text`, runs forward and backward passes of the model in f32 (loss: mean
- * next-token cross-entropy), averages the per-layer Frobenius norms
- * ||dL/dW_k|| and ||dL/dW_v|| over prompts, ranks the layers, gives the top
- * fraction high bits and the rest 2 bits, and writes the profile file that
- * `--kv kvmix:profile=PATH` reads. Prints a progress line on a terminal and,
- * if report (a FILE*) is not NULL, the ranking (one JSON object when json != 0).
- * KVC_ERR_ARG when the text is shorter than one prompt. */
-kvc_status kvc_profile_kvmix(const kvc_model *m, const char *text, size_t len,
-                             const kvc_profile_params *p, const char *out_path, void *report,
-                             int json);
-
 #ifdef __cplusplus
 }
 #endif
+
 #endif /* KVCOMP_H */

@@ -1,5 +1,5 @@
-/* Streaming JSON writer (RFC 8259 §7 string escaping, §6 numbers). See json.h. */
-#include "base/json.h"
+/* Streaming JSON writer (RFC 8259 §7 string escaping, §6 numbers). See include/kvcomp/json.h. */
+#include "kvcomp/json.h"
 
 #include <assert.h>
 #include <inttypes.h>

@@ -1,5 +1,5 @@
-/* Progress line on a terminal, silent when piped. See progress.h. */
-#include "base/progress.h"
+/* Progress line on a terminal, silent when piped. See include/kvcomp/progress.h. */
+#include "kvcomp/progress.h"
 
 #include <stdio.h>
 #include <stdlib.h>

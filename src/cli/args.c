@@ -1,6 +1,6 @@
 /* The flag parser (see args.h): one table-driven loop for every subcommand,
  * checked values, the llama.cpp-style shared flags and their --help text. */
-#include "cli/args.h"
+#include "args.h"
 
 #include <errno.h>
 #include <math.h>

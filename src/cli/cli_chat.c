@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli/cli.h"
-#include "cli/session.h"
+#include "cli.h"
+#include "session.h"
 
 static const kvc_cmd_help k_help = {
     "chat",

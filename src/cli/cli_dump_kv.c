@@ -1,5 +1,5 @@
 /* `kvcomp dump-kv`: runs a model over a text and saves the post-RoPE K/V of
- * every layer (src/eval/kvdump.h documents the file), for kernel benchmarks
+ * every layer (include/kvcomp/kvdump.h documents the file), for kernel benchmarks
  * on real data (`kvcomp bench attn --dump FILE`). The K/V are captured with
  * the context's K/V observer (kvc_ctx_set_kv_observer) as prefill hands them
  * to the cache. */
@@ -7,17 +7,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
-#include "cli/args.h"
-#include "cli/cli.h"
-#include "eval/eval_input.h"
-#include "eval/kvdump.h"
+#include "kvcomp_eval.h"
+#include "args.h"
+#include "cli.h"
 #include "kvcomp.h"
 
 static const char k_usage[] =
     "usage: kvcomp dump-kv [-m MODEL] [--text FILE] [--ctx N] -o FILE [--f16] [-t N] [-b N]\n\n"
     "Prefills --ctx tokens of a text (default " KVC_DEFAULT_TEXT ", 8192 tokens or the whole text)\n"
-    "and writes every layer's post-RoPE K and V to FILE (format: src/eval/kvdump.h; f32, or\n"
+    "and writes every layer's post-RoPE K and V to FILE (format: include/kvcomp/kvdump.h; f32, or\n"
     "half precision with --f16). 8192 tokens of SmolLM2-135M take 377 MB in f32.\n";
 
 typedef struct dump_state {

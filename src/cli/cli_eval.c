@@ -6,14 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/json.h"
-#include "cli/args.h"
-#include "cli/cli.h"
-#include "eval/eval_input.h"
-#include "eval/eval_kl.h"
-#include "eval/eval_ruler.h"
-#include "eval/plot.h"
-#include "eval/report.h"
+#include "kvcomp_eval.h"
+#include "args.h"
+#include "cli.h"
 #include "kvcomp.h"
 
 #define MAX_SPECS 32

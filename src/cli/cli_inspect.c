@@ -3,9 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cli/args.h"
-#include "cli/cli.h"
+#include "args.h"
+#include "cli.h"
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 static const kvc_cmd_help k_help = {
     "inspect",

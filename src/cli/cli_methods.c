@@ -3,10 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "base/json.h"
-#include "cli/args.h"
-#include "cli/cli.h"
-#include "eval/report.h"
+#include "kvcomp_eval.h"
+#include "args.h"
+#include "cli.h"
 #include "kvcomp.h"
 
 int kvc_cli_methods(int argc, char **argv) {

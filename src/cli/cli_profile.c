@@ -6,9 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli/args.h"
-#include "cli/cli.h"
+#include "args.h"
+#include "cli.h"
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 static const char k_usage[] =
     "usage: kvcomp profile [-m MODEL] [--text FILE] -o FILE [--prompts N] [--prompt-len N]\n"

@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/json.h"
-#include "cli/cli.h"
-#include "cli/session.h"
+#include "kvcomp_eval.h"
+#include "cli.h"
+#include "session.h"
 
 static const kvc_cmd_help k_help = {
     "run",

@@ -1,13 +1,12 @@
 /* Generation session shared by `run` and `chat` (see session.h). */
-#include "cli/session.h"
+#include "session.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "base/json.h"
-#include "base/progress.h"
+#include "kvcomp_eval.h"
 
 static int fail(const kvc_session *s, const char *what) {
     fprintf(stderr, "kvcomp %s: %s: %s\n", s->cmd, what, kvc_last_error());
@@ -193,8 +192,7 @@ void kvc_session_summary(const kvc_session *s, FILE *out) {
             tm.weights_s, tm.attention_s, tm.cache_s);
 }
 
-void kvc_session_summary_json(const kvc_session *s, void *jv) {
-    kvc_json *j = jv;
+void kvc_session_summary_json(const kvc_session *s, kvc_json *j) {
     kvc_cache_stats cs;
     kvc_ctx_cache_stats(s->ctx, &cs);
     kvc_ctx_timing tm;

@@ -7,8 +7,9 @@
 
 #include <stdio.h>
 
-#include "cli/args.h"
+#include "args.h"
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 typedef struct kvc_session {
     const kvc_args *a;
@@ -50,7 +51,7 @@ int kvc_session_generate(kvc_session *s, int n_predict, FILE *out, char **text);
 
 /* The one summary line: prompt and decode tokens/s, KV bytes and bits/element. */
 void kvc_session_summary(const kvc_session *s, FILE *out);
-/* The same as members of an open JSON object (j is a kvc_json *). */
-void kvc_session_summary_json(const kvc_session *s, void *j);
+/* The same as members of an open JSON object. */
+void kvc_session_summary_json(const kvc_session *s, kvc_json *j);
 
 #endif

@@ -1,18 +1,18 @@
 /* Decode-attention benchmark of one layer at up to 1M tokens (see
- * bench_attn.h). Uses the cache's internal interface (kv/cache.h) directly:
+ * include/kvcomp/bench_attn.h). Uses the cache's internal interface (kv/cache.h) directly:
  * no model, only the cache, its driver and kernels. */
-#include "eval/bench_attn.h"
+#include "kvcomp/bench_attn.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "kvcomp/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
-#include "eval/kvdump.h"
-#include "eval/report.h"
+#include "kvcomp/kvdump.h"
+#include "kvcomp/report.h"
 #include "kv/cache.h"
 #include "kv/synth.h"
 

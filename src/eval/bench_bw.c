@@ -1,15 +1,15 @@
-/* Read-bandwidth benchmark (see bench_bw.h). The summing loops are the only
+/* Read-bandwidth benchmark (see include/kvcomp/bench_bw.h). The summing loops are the only
  * code that needs an instruction set: the portable one is here, the AVX2 and
  * AVX-512 ones are kernels (src/kernels/<isa>/bw_sum_<isa>.c), picked by
  * kvc_active_isa(), so `bench bw` measures what the attention kernels could
  * reach with the same loads. */
-#include "eval/bench_bw.h"
+#include "kvcomp/bench_bw.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "kvcomp/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "eval/bw_kernels.h"

@@ -1,11 +1,11 @@
-/* End-to-end decode benchmark (see bench_decode.h), public API only. */
-#include "eval/bench_decode.h"
+/* End-to-end decode benchmark (see include/kvcomp/bench_decode.h), public API only. */
+#include "kvcomp/bench_decode.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "kvcomp/progress.h"
 #include "base/status.h"
 
 static kvc_status run_one(kvc_model *m, const int32_t *seq, const kvc_bench_decode_params *p,

@@ -1,6 +1,6 @@
 /* Reading texts, tokenizing them whole, splitting `--kv` method lists. See
- * eval_input.h. */
-#include "eval/eval_input.h"
+ * include/kvcomp/eval_input.h. */
+#include "kvcomp/eval_input.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,14 +1,14 @@
 /* `kvcomp eval kl`: teacher-forced continuation after a long real context,
- * every method against the full:f32 reference computed once (see eval_kl.h;
+ * every method against the full:f32 reference computed once (see include/kvcomp/eval_kl.h;
  * metrics as llama.cpp's perplexity --kl-divergence). */
-#include "eval/eval_kl.h"
+#include "kvcomp/eval_kl.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "kvcomp/progress.h"
 #include "base/status.h"
 
 typedef struct kl_job {

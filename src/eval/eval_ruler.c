@@ -1,15 +1,15 @@
 /* `kvcomp eval ruler`: generate RULER-style samples, run them through each
  * cache method with greedy decoding, score with string_match_all (see
- * eval_ruler.h and ruler.h). */
-#include "eval/eval_ruler.h"
+ * include/kvcomp/eval_ruler.h and ruler.h). */
+#include "kvcomp/eval_ruler.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/progress.h"
+#include "kvcomp/progress.h"
 #include "base/status.h"
-#include "eval/metrics.h"
+#include "kvcomp/metrics.h"
 
 /* The exact text the model sees: chat template around the prompt, then the
  * answer prefix as the start of the assistant's reply. */

@@ -1,6 +1,6 @@
 /* K/V dump files: writing at computed offsets as the forward pass produces
- * K/V chunk by chunk, and checked reading (see kvdump.h for the layout). */
-#include "eval/kvdump.h"
+ * K/V chunk by chunk, and checked reading (see include/kvcomp/kvdump.h for the layout). */
+#include "kvcomp/kvdump.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 /* KL divergence, top-token agreement, Δp and perplexity of a method against the
  * dense reference (definitions as in llama.cpp's perplexity --kl-divergence;
- * see metrics.h). */
-#include "eval/metrics.h"
+ * see include/kvcomp/metrics.h). */
+#include "kvcomp/metrics.h"
 
 #include <math.h>
 #include <stdlib.h>

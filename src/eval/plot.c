@@ -1,7 +1,7 @@
-/* Labelled scatter plots through gnuplot (see plot.h). Data go inline as a
+/* Labelled scatter plots through gnuplot (see include/kvcomp/plot.h). Data go inline as a
  * gnuplot datablock, so no temporary files; labels are quoted with gnuplot's
  * double-quote rules (backslash and quote escaped). */
-#include "eval/plot.h"
+#include "kvcomp/plot.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,8 +1,10 @@
-/* Report helpers shared by eval, bench and methods (see report.h). The method
- * registry is read through src/kv/method/method.h, the one place outside the
- * cache that knows its rows, so `kvcomp methods --json` lists exactly what
+/* Report helpers shared by eval, bench and methods (see include/kvcomp/report.h).
+ * The methods' JSON comes from the public listing (kvc_method_get), as the
+ * text of kvc_methods_print does, so `kvcomp methods --json` lists exactly what
  * `kvcomp methods` prints. */
-#include "eval/report.h"
+#include "kvcomp/report.h"
+
+#include "kvcomp_eval.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -71,48 +73,39 @@ void kvc_report_canonical_spec(const char *spec, char *buf, size_t cap) {
     kvc_spec_free(&s);
 }
 
-static const char *type_str(kvc_param_type t) {
-    switch (t) {
-    case KVC_PARAM_INT: return "int";
-    case KVC_PARAM_FLOAT: return "float";
-    case KVC_PARAM_ENUM: return "enum";
-    case KVC_PARAM_BOOL: return "bool";
-    case KVC_PARAM_STRING: return "string";
-    }
-    return "?";
-}
-
 void kvc_report_methods_json(kvc_json *j) {
     kvc_json_obj_begin(j);
     kvc_json_key(j, "methods");
     kvc_json_arr_begin(j);
-    for (int i = 0; kvc_method_registry[i]; i++) {
-        const kvc_method *m = kvc_method_registry[i];
+    for (int i = 0; i < kvc_method_count(); i++) {
+        kvc_method_info m;
+        kvc_method_get(i, &m);
         kvc_json_obj_begin(j);
-        kvc_json_kv_str(j, "name", m->name);
-        kvc_json_kv_str(j, "summary", m->summary);
-        kvc_json_kv_str(j, "paper", m->paper ? m->paper : "");
-        kvc_json_kv_bool(j, "base", (m->flags & KVC_METHOD_BASE) != 0);
-        kvc_json_kv_bool(j, "modifier", (m->flags & KVC_METHOD_MODIFIER) != 0);
+        kvc_json_kv_str(j, "name", m.name);
+        kvc_json_kv_str(j, "summary", m.summary);
+        kvc_json_kv_str(j, "paper", m.paper);
+        kvc_json_kv_bool(j, "base", m.base);
+        kvc_json_kv_bool(j, "modifier", m.modifier);
         kvc_json_key(j, "stacks_with");
         kvc_json_arr_begin(j);
-        for (const char *const *p = m->stacks_with; p && *p; p++) kvc_json_str(j, *p);
+        for (const char *const *w = kvc_method_stacks_with(i); *w; w++) kvc_json_str(j, *w);
         kvc_json_arr_end(j);
         kvc_json_key(j, "params");
         kvc_json_arr_begin(j);
-        for (int k = 0; k < m->n_params; k++) {
-            const kvc_param *p = &m->params[k];
+        for (int k = 0; k < m.n_params; k++) {
+            kvc_method_param p;
+            kvc_method_param_get(i, k, &p);
             kvc_json_obj_begin(j);
-            kvc_json_kv_str(j, "key", p->key);
-            kvc_json_kv_str(j, "type", type_str(p->type));
-            kvc_json_kv_str(j, "default", p->def);
-            if (p->type == KVC_PARAM_INT || p->type == KVC_PARAM_FLOAT) {
-                kvc_json_kv_num(j, "min", p->min);
-                kvc_json_kv_num(j, "max", p->max);
+            kvc_json_kv_str(j, "key", p.key);
+            kvc_json_kv_str(j, "type", p.type);
+            kvc_json_kv_str(j, "default", p.def);
+            if (strcmp(p.type, "int") == 0 || strcmp(p.type, "float") == 0) {
+                kvc_json_kv_num(j, "min", p.min);
+                kvc_json_kv_num(j, "max", p.max);
             }
-            if (p->type == KVC_PARAM_ENUM) kvc_json_kv_str(j, "choices", p->choices);
-            kvc_json_kv_bool(j, "positional", k == m->positional);
-            kvc_json_kv_str(j, "help", p->help);
+            if (strcmp(p.type, "enum") == 0) kvc_json_kv_str(j, "choices", p.choices);
+            kvc_json_kv_bool(j, "positional", k == m.positional);
+            kvc_json_kv_str(j, "help", p.help);
             kvc_json_obj_end(j);
         }
         kvc_json_arr_end(j);

@@ -1,7 +1,7 @@
-/* RULER-style task generation and scoring (see ruler.h; templates follow
+/* RULER-style task generation and scoring (see include/kvcomp/ruler.h; templates follow
  * RULER's synthetic task configs: niah, variable tracking, and the passkey
  * retrieval task of Mohtashami & Jaggi 2023 that RULER's niah_single_1 is). */
-#include "eval/ruler.h"
+#include "kvcomp/ruler.h"
 
 #include <ctype.h>
 #include <math.h>

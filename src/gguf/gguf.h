@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kvcomp.h"
 
@@ -105,9 +106,10 @@ kvc_status kvc_gguf_get_arr(const kvc_gguf *g, const char *key, kvc_gguf_vtype e
 const char *kvc_ggml_type_name(uint32_t type);
 int kvc_ggml_type_block(uint32_t type, uint32_t *block, uint32_t *block_bytes);
 
-/* What kvc_inspect prints, for an already parsed file (out: a FILE*; label
- * names the file in the output). Also lets the fuzz target print every parse. */
-void kvc_gguf_print(const kvc_gguf *g, const char *label, void *out, int json);
+/* What kvc_inspect (kvcomp_eval.h) prints, for an already parsed file (out:
+ * NULL for stdout; label names the file in the output). Also lets the fuzz
+ * target print every parse. */
+void kvc_gguf_print(const kvc_gguf *g, const char *label, FILE *out, int json);
 
 /* Limits the reader enforces (beyond "fits in the file"). */
 #define KVC_GGUF_MAX_ALIGNMENT (1u << 20)

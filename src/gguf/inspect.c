@@ -1,15 +1,15 @@
-/* kvc_inspect: a GGUF file's header, metadata and tensor table, as a human
+/* kvc_inspect (kvcomp_eval.h) and kvc_gguf_print: a GGUF file's header, metadata and tensor table, as a human
  * table or as one JSON object. Arrays are abbreviated to their first few
  * items plus the count (nested arrays likewise); long strings are cut in the
- * table but kept whole in JSON (written with base/json.h, so the output always
+ * table but kept whole in JSON (written with kvcomp/json.h, so the output always
  * parses, whatever bytes the file holds). Totals: tensors, elements, bytes, and bytes per type. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "base/json.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
+#include "kvcomp_eval.h"
 #include "kvcomp.h"
 
 #define ARRAY_HEAD 5  /* items shown of each array */
@@ -269,8 +269,8 @@ static void print_json(FILE *f, const char *path, const kvc_gguf *g) {
     kvc_json_finish(&j);
 }
 
-void kvc_gguf_print(const kvc_gguf *g, const char *label, void *out, int json) {
-    FILE *f = out ? (FILE *)out : stdout;
+void kvc_gguf_print(const kvc_gguf *g, const char *label, FILE *f, int json) {
+    if (!f) f = stdout;
     if (label == NULL) label = "";
     if (json)
         print_json(f, label, g);
@@ -278,8 +278,8 @@ void kvc_gguf_print(const kvc_gguf *g, const char *label, void *out, int json) {
         print_text(f, label, g);
 }
 
-kvc_status kvc_inspect(const char *path, void *out, int json) {
-    FILE *f = out ? (FILE *)out : stdout;
+kvc_status kvc_inspect(const char *path, FILE *f, int json) {
+    if (!f) f = stdout;
     kvc_gguf *g = NULL;
     KVC_TRY(kvc_gguf_open(path, &g));
     kvc_gguf_print(g, path, f, json);

@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "base/blas.h"
-#include "base/progress.h"
+#include "kvcomp/progress.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kv/cache.h"

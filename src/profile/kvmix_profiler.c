@@ -1,5 +1,5 @@
 /* The KVmix profiler (the KVmix paper, "KV Importance Analysis", steps 1-3 and eq.
- * 10-11; public entry kvc_profile_kvmix in kvcomp.h): prompts sampled from a
+ * 10-11; entry kvc_profile_kvmix in kvcomp_eval.h): prompts sampled from a
  * text (one random window per equal slice of the text, so prompts do not
  * overlap), forward + backward passes (backward.c) giving per-layer gradient
  * norms of W_k and W_v, averaged over prompts, ranked, turned into a profile
@@ -9,11 +9,12 @@
 #include <string.h>
 
 #include "base/blas.h"
-#include "base/json.h"
-#include "base/progress.h"
+#include "kvcomp/json.h"
+#include "kvcomp/progress.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "kv/method/kvmix_profile.h"
+#include "kvcomp_eval.h"
 #include "profile/backward.h"
 
 static const double *rank_key;
@@ -88,7 +89,7 @@ static void report_json(FILE *f, const kvc_kvmix_profile *p, int n_prompts, int 
 }
 
 kvc_status kvc_profile_kvmix(const kvc_model *m, const char *text, size_t len,
-                             const kvc_profile_params *pp, const char *out_path, void *report,
+                             const kvc_profile_params *pp, const char *out_path, FILE *report,
                              int json) {
     KVC_CHECK(m && text && pp && out_path, KVC_ERR_ARG, "kvmix profile: NULL argument");
     int n_prompts = pp->n_prompts > 0 ? pp->n_prompts : 24;

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/json.h"
+#include "kvcomp/json.h"
 
 typedef struct membuf {
     char *data;

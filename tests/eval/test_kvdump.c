@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "eval/kvdump.h"
+#include "kvcomp/kvdump.h"
 
 static char path[64];
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/eval_input.h"
-#include "eval/metrics.h"
+#include "kvcomp/eval_input.h"
+#include "kvcomp/metrics.h"
 
 static void test_log_softmax(void **state) {
     (void)state;

@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eval/eval_input.h"
-#include "eval/ruler.h"
+#include "kvcomp/eval_input.h"
+#include "kvcomp/ruler.h"
 
 static kvc_ruler_haystack hay;
 

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kvcomp_eval.h"
 #include "gguf/gguf.h"
 #include "gguf_writer.h"
 

@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "kvcomp_eval.h"
 #include "kv/method/method.h"
 
 /* Expects `spec` to fail with every needle in the message. */

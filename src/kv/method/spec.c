@@ -2,8 +2,7 @@
  * the spec language"): "name[:key=value,...]" layers joined by '+', filled
  * into each method's cfg struct through its parameter table. Every error
  * names the method, the key and the value, and lists the valid names, keys,
- * choices or the allowed range. Also the public kvc_methods_print and
- * kvc_method_validate. */
+ * choices or the allowed range. Also the public kvc_method_validate. */
 #include "kv/method/method.h"
 
 #include <ctype.h>
@@ -341,43 +340,3 @@ kvc_status kvc_method_validate(const char *spec) {
     return KVC_OK;
 }
 
-static const char *type_name(const kvc_param *p) {
-    switch (p->type) {
-    case KVC_PARAM_INT: return "int";
-    case KVC_PARAM_FLOAT: return "float";
-    case KVC_PARAM_ENUM: return "choice";
-    case KVC_PARAM_BOOL: return "bool";
-    case KVC_PARAM_STRING: return "string";
-    }
-    return "?";
-}
-
-void kvc_methods_print(void *out) {
-    FILE *f = out ? out : stdout;
-    fprintf(f, "KV cache methods: --kv name[:key=value,...][+modifier[:key=value,...]]\n");
-    for (int i = 0; kvc_method_registry[i]; i++) {
-        const kvc_method *m = kvc_method_registry[i];
-        fprintf(f, "\n%s — %s\n", m->name, m->summary);
-        if (m->paper && *m->paper) fprintf(f, "  paper: %s\n", m->paper);
-        if (!(m->flags & KVC_METHOD_BASE)) fprintf(f, "  modifier only (use after '+')\n");
-        if (m->stacks_with && m->stacks_with[0]) {
-            fprintf(f, "  stacks with:");
-            for (const char *const *p = m->stacks_with; *p; p++) fprintf(f, " +%s", *p);
-            fprintf(f, "\n");
-        }
-        for (int j = 0; j < m->n_params; j++) {
-            const kvc_param *p = &m->params[j];
-            char range[160];
-            if (p->type == KVC_PARAM_INT)
-                snprintf(range, sizeof range, "int %.0f..%.0f", p->min, p->max);
-            else if (p->type == KVC_PARAM_FLOAT)
-                snprintf(range, sizeof range, "float %g..%g", p->min, p->max);
-            else if (p->type == KVC_PARAM_ENUM)
-                snprintf(range, sizeof range, "%s", p->choices);
-            else
-                snprintf(range, sizeof range, "%s", type_name(p));
-            fprintf(f, "  %-10s default %-8s (%s)%s  %s\n", p->key, *p->def ? p->def : "\"\"",
-                    range, j == m->positional ? " [positional]" : "", p->help);
-        }
-    }
-}

@@ -4,8 +4,8 @@
  * bytes become U+FFFD); non-finite numbers are written as null, since JSON has
  * no NaN or infinity. Misuse (a value where a key is due, unbalanced ends) is a
  * bug in the caller and is caught by assert. */
-#ifndef KVC_BASE_JSON_H
-#define KVC_BASE_JSON_H
+#ifndef KVCOMP_JSON_H
+#define KVCOMP_JSON_H
 
 #include <stdint.h>
 #include <stdio.h>

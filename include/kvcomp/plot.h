@@ -1,8 +1,8 @@
 /* Charts of quality against cache size (docs/design.md §6: every quality number
  * next to the bytes it was bought with): a labelled scatter plot drawn by
  * gnuplot (a pipe to the `gnuplot` command, PNG via pngcairo). */
-#ifndef KVC_EVAL_PLOT_H
-#define KVC_EVAL_PLOT_H
+#ifndef KVCOMP_PLOT_H
+#define KVCOMP_PLOT_H
 
 #include "kvcomp.h"
 

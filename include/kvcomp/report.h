@@ -1,12 +1,12 @@
 /* Shared pieces of the measuring commands' reports: cache stats and the
  * machine as JSON members, the method registry as JSON (`kvcomp methods
  * --json`), canonical method specs, and a short human size ("3.2 MiB"). */
-#ifndef KVC_EVAL_REPORT_H
-#define KVC_EVAL_REPORT_H
+#ifndef KVCOMP_REPORT_H
+#define KVCOMP_REPORT_H
 
 #include <stddef.h>
 
-#include "base/json.h"
+#include "kvcomp/json.h"
 #include "kvcomp.h"
 
 /* Members of the open object: "cache": {tokens, payload_bytes, ...}. */

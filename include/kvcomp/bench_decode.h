@@ -4,8 +4,8 @@
  * the text's next tokens; tokens/s over those steps and the time split into
  * weights (matvec), attention and cache management from kvc_ctx_timing_get,
  * with the rest (norms, RoPE, sampling-free glue) as "other". */
-#ifndef KVC_EVAL_BENCH_DECODE_H
-#define KVC_EVAL_BENCH_DECODE_H
+#ifndef KVCOMP_BENCH_DECODE_H
+#define KVCOMP_BENCH_DECODE_H
 
 #include <stdint.h>
 

@@ -3,8 +3,8 @@
  * stderr at most ten times a second; when stderr is not a terminal (piped,
  * redirected, CI) it prints nothing. KVC_PROGRESS=0 silences it on a terminal
  * too, KVC_PROGRESS=1 forces it (for testing the drawing). */
-#ifndef KVC_BASE_PROGRESS_H
-#define KVC_BASE_PROGRESS_H
+#ifndef KVCOMP_PROGRESS_H
+#define KVCOMP_PROGRESS_H
 
 #include <stdint.h>
 

@@ -21,12 +21,12 @@
  *            both use the GEMM path, so this isolates the cache's attention
  *            over the compressed-past path. Needs (n_ctx + n_cont) x n_vocab
  *            logits of memory. */
-#ifndef KVC_EVAL_KL_H
-#define KVC_EVAL_KL_H
+#ifndef KVCOMP_EVAL_KL_H
+#define KVCOMP_EVAL_KL_H
 
 #include <stdint.h>
 
-#include "eval/metrics.h"
+#include "kvcomp/metrics.h"
 #include "kvcomp.h"
 
 typedef struct kvc_eval_kl_params {

@@ -17,8 +17,8 @@
  * fits a token budget. Scoring is RULER's string_match_all: the fraction of
  * expected strings found (case-insensitively) in the model's output.
  * Everything is a pure function of (text, task, budget, seed, index). */
-#ifndef KVC_EVAL_RULER_H
-#define KVC_EVAL_RULER_H
+#ifndef KVCOMP_RULER_H
+#define KVCOMP_RULER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,12 +4,12 @@
  * start of the assistant's turn; the prompt is prefilled (chunks attend to the
  * compressed past, as in eval kl), then a few tokens are decoded greedily and
  * scored by string_match_all. Every method sees the same samples. */
-#ifndef KVC_EVAL_RULER_RUN_H
-#define KVC_EVAL_RULER_RUN_H
+#ifndef KVCOMP_EVAL_RULER_H
+#define KVCOMP_EVAL_RULER_H
 
 #include <stdint.h>
 
-#include "eval/ruler.h"
+#include "kvcomp/ruler.h"
 #include "kvcomp.h"
 
 typedef struct kvc_eval_ruler_params {

@@ -6,8 +6,8 @@
  * median, 99th percentile and maximum of KL, the same-top rate, mean and RMS of
  * Δp, and the perplexity ratio exp(mean NLL_method) / exp(mean NLL_ref).
  * All sums run in double. */
-#ifndef KVC_EVAL_METRICS_H
-#define KVC_EVAL_METRICS_H
+#ifndef KVCOMP_METRICS_H
+#define KVCOMP_METRICS_H
 
 #include <stdint.h>
 

@@ -4,8 +4,8 @@
  * contiguous 64 MiB stretch, with the widest loads the CPU has (AVX-512, AVX2,
  * or portable 128-bit vectors; KVC_ISA lowers it like every kernel); the best
  * of several runs counts. */
-#ifndef KVC_EVAL_BENCH_BW_H
-#define KVC_EVAL_BENCH_BW_H
+#ifndef KVCOMP_BENCH_BW_H
+#define KVCOMP_BENCH_BW_H
 
 #include <stddef.h>
 

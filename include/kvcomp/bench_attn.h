@@ -10,8 +10,8 @@
  * index: what a step reads), effective GB/s (bytes / median time),
  * the fraction of the measured read bandwidth, and the time ratio to the
  * first method. */
-#ifndef KVC_EVAL_BENCH_ATTN_H
-#define KVC_EVAL_BENCH_ATTN_H
+#ifndef KVCOMP_BENCH_ATTN_H
+#define KVCOMP_BENCH_ATTN_H
 
 #include <stdint.h>
 

@@ -16,8 +16,8 @@
  * The file size must be exactly 40 + n_layers * 2 * n_tokens * n_kv_heads *
  * head_dim * sizeof(dtype). Reading is untrusted input: every field is range
  * checked and the size verified before anything is allocated. */
-#ifndef KVC_EVAL_KVDUMP_H
-#define KVC_EVAL_KVDUMP_H
+#ifndef KVCOMP_KVDUMP_H
+#define KVCOMP_KVDUMP_H
 
 #include <stdint.h>
 

@@ -1,7 +1,7 @@
 /* Inputs of an evaluation or benchmark: a text file read whole, a text
  * tokenized whole, and a `--kv` list of method specs split into specs. */
-#ifndef KVC_EVAL_INPUT_H
-#define KVC_EVAL_INPUT_H
+#ifndef KVCOMP_EVAL_INPUT_H
+#define KVCOMP_EVAL_INPUT_H
 
 #include <stddef.h>
 #include <stdint.h>
