@@ -1,7 +1,7 @@
 /* The kvcomp command: one entry point per subcommand, each in its own file
  * (cli_<name>.c), dispatched by main.c. Each returns the process exit code
  * (0 ok, 1 failure with a message on stderr, 2 bad usage). The CLI uses only
- * the public API in kvcomp.h. */
+ * the public API (kvcomp.h) and the eval API (kvcomp_eval.h). */
 #ifndef KVC_CLI_H
 #define KVC_CLI_H
 

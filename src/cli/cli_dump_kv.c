@@ -7,10 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvcomp_eval.h"
 #include "args.h"
 #include "cli.h"
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 static const char k_usage[] =
     "usage: kvcomp dump-kv [-m MODEL] [--text FILE] [--ctx N] -o FILE [--f16] [-t N] [-b N]\n\n"

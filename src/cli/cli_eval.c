@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvcomp_eval.h"
 #include "args.h"
 #include "cli.h"
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 #define MAX_SPECS 32
 

@@ -3,10 +3,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "kvcomp_eval.h"
 #include "args.h"
 #include "cli.h"
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 int kvc_cli_methods(int argc, char **argv) {
     int json = 0;

@@ -1,5 +1,5 @@
 /* `kvcomp profile`: the KVmix profiler (the KVmix paper, "KV Importance Analysis";
- * kvc_profile_kvmix in kvcomp.h). Ranks the layers of a model by the mean
+ * kvc_profile_kvmix in kvcomp_eval.h). Ranks the layers of a model by the mean
  * gradient norms of their key and value projections over prompts from a text
  * and writes the profile that `--kv kvmix:profile=FILE` reads. */
 #include <stdio.h>

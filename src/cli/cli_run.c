@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kvcomp_eval.h"
 #include "cli.h"
+#include "kvcomp_eval.h"
 #include "session.h"
 
 static const kvc_cmd_help k_help = {

@@ -9,8 +9,8 @@
 
 #include "base/status.h"
 #include "gguf/gguf.h"
-#include "kvcomp_eval.h"
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 #define ARRAY_HEAD 5  /* items shown of each array */
 #define TEXT_STR   60 /* bytes shown of a string in the table */

@@ -67,16 +67,21 @@ size_t kvc_act_bytes(kvc_act_fmt fmt, int64_t n) {
     return 0;
 }
 
-void kvc_act_prepare_ref(kvc_act_fmt fmt, const float *x, void *buf, int64_t n) {
+void kvc_act_prepare_with(kvc_act_fmt fmt, const float *x, void *buf, int64_t n,
+                          kvc_act_fn q8_0, kvc_act_fn q8_k) {
     switch (fmt) {
     case KVC_ACT_F32:
         memcpy(buf, x, (size_t)n * sizeof(float));
         break;
     case KVC_ACT_Q8_0:
-        kvc_act_q8_0_ref(x, buf, n);
+        q8_0(x, buf, n);
         break;
     case KVC_ACT_Q8_K:
-        kvc_act_q8_k_ref(x, buf, n);
+        q8_k(x, buf, n);
         break;
     }
+}
+
+void kvc_act_prepare_ref(kvc_act_fmt fmt, const float *x, void *buf, int64_t n) {
+    kvc_act_prepare_with(fmt, x, buf, n, kvc_act_q8_0_ref, kvc_act_q8_k_ref);
 }

@@ -145,6 +145,10 @@ typedef void (*kvc_act_fn)(const float *x, void *buf, int64_t n);
 void kvc_act_q8_0_ref(const float *x, void *buf, int64_t n);
 void kvc_act_q8_k_ref(const float *x, void *buf, int64_t n);
 extern kvc_act_fn kvc_act_q8_0_active, kvc_act_q8_k_active;
+/* buf = x prepared in format fmt with the given Q8_0 and Q8_K preparations
+ * (the references for kvc_act_prepare_ref, the active ones for kvc_act_prepare). */
+void kvc_act_prepare_with(kvc_act_fmt fmt, const float *x, void *buf, int64_t n,
+                          kvc_act_fn q8_0, kvc_act_fn q8_k);
 
 /* Registers the SIMD variants for kvc_active_isa() once (idempotent, thread-safe). */
 void kvc_wt_init(void);

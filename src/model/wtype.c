@@ -9,7 +9,6 @@
 #include "model/wt_kernels.h"
 
 #include <pthread.h>
-#include <string.h>
 
 #include "base/cpu.h"
 #include "gguf/gguf.h"
@@ -137,15 +136,5 @@ void kvc_dequant_rows(uint32_t type, const void *w, int64_t row0, int64_t nrows,
 
 void kvc_act_prepare(kvc_act_fmt fmt, const float *x, void *buf, int64_t n) {
     kvc_wt_init(); /* make sure the SIMD variants are registered */
-    switch (fmt) {
-    case KVC_ACT_F32:
-        memcpy(buf, x, (size_t)n * sizeof(float));
-        break;
-    case KVC_ACT_Q8_0:
-        kvc_act_q8_0_active(x, buf, n);
-        break;
-    case KVC_ACT_Q8_K:
-        kvc_act_q8_k_active(x, buf, n);
-        break;
-    }
+    kvc_act_prepare_with(fmt, x, buf, n, kvc_act_q8_0_active, kvc_act_q8_k_active);
 }

@@ -9,11 +9,11 @@
 #include <string.h>
 
 #include "base/blas.h"
-#include "kvcomp/json.h"
-#include "kvcomp/progress.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "kv/method/kvmix_profile.h"
+#include "kvcomp/json.h"
+#include "kvcomp/progress.h"
 #include "kvcomp_eval.h"
 #include "profile/backward.h"
 

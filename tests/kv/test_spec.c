@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "kvcomp_eval.h"
 #include "kv/method/method.h"
+#include "kvcomp_eval.h"
 
 /* Expects `spec` to fail with every needle in the message. */
 static void bad(const char *spec, const char *n1, const char *n2) {
