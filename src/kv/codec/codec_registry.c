@@ -10,6 +10,7 @@
 #include "kv/codec/bitmap_quant.h"
 #include "kv/codec/chanprune.h"
 #include "kv/codec/dense.h"
+#include "kv/codec/iquant.h"
 #include "kv/softmax.h"
 
 static const kvc_codec_ops *const codecs[] = {
@@ -20,6 +21,8 @@ static const kvc_codec_ops *const codecs[] = {
     &kvc_codec_bitmap_quant_k,
     &kvc_codec_bitmap_quant_v,
     &kvc_codec_chanprune_f16,
+    &kvc_codec_iq_k,
+    &kvc_codec_iq_v,
     NULL,
 };
 
@@ -35,6 +38,8 @@ static void init_all(void) {
     kvc_isa isa = kvc_active_isa();
     kvc_softmax_init(isa);
     kvc_dense_init(isa);
+    if (isa >= KVC_ISA_AVX2) kvc_iq_register_avx2(&kvc_iq_k);
+    if (isa >= KVC_ISA_AVX512) kvc_iq_register_avx512(&kvc_iq_k);
 }
 
 void kvc_codecs_init(void) { pthread_once(&init_once, init_all); }

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "kv/codec/quant.h"
+#include "kv/codec/iquant.h"
 #include "kv/method/method.h"
 
 typedef struct kivi_cfg {
@@ -64,8 +64,8 @@ static kvc_status kivi_build_chunk(void *state, kvc_stream *s, void *sstate, con
                                    const float *v, int n, int64_t pos0, kvc_chunk **out) {
     (void)sstate;
     const kivi_state *st = state;
-    kvc_codec kc = {.ops = &kvc_codec_quant_k, .dim = s->dim, .cfg = &st->q};
-    kvc_codec vc = {.ops = &kvc_codec_quant_v, .dim = s->dim, .cfg = &st->q};
+    kvc_codec kc, vc;
+    kvc_quant_codecs(&st->q, s->dim, &kc, &vc);
     return kvc_chunk_encode(&kc, &vc, k, v, n, s->dim, pos0, NULL, NULL, out);
 }
 

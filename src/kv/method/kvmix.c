@@ -21,7 +21,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
-#include "kv/codec/quant.h"
+#include "kv/codec/iquant.h"
 #include "kv/method/kvmix_profile.h"
 #include "kv/method/method.h"
 
@@ -128,8 +128,9 @@ static kvc_status kvmix_build_chunk(void *state, kvc_stream *s, void *sstate, co
                                     const float *v, int n, int64_t pos0, kvc_chunk **out) {
     (void)sstate;
     const kvmix_state *st = state;
-    kvc_codec kc = {.ops = &kvc_codec_quant_k, .dim = s->dim, .cfg = &st->kq[s->layer]};
-    kvc_codec vc = {.ops = &kvc_codec_quant_v, .dim = s->dim, .cfg = &st->vq[s->layer]};
+    kvc_codec kc, vc, unused;
+    kvc_quant_codecs(&st->kq[s->layer], s->dim, &kc, &unused);
+    kvc_quant_codecs(&st->vq[s->layer], s->dim, &unused, &vc);
     return kvc_chunk_encode(&kc, &vc, k, v, n, s->dim, pos0, NULL, NULL, out);
 }
 

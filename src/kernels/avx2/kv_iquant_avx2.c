@@ -1,0 +1,276 @@
+/* AVX2 kernels of the integer quant codecs (iquant.h): the AVX-512 kernels'
+ * structure (kv_iquant_avx512.c) on 8 lanes, with vpmaddubsw (u8 x s8 pairs
+ * into i16) summed over a word's shift-and-mask steps in i16 (at most
+ * 8 x 2 x 255 x 15 / bits-dependent, below 2^15 for every bit width) and one
+ * vpmaddwd against ones per word instead of vpdpbusd. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/codec/iquant.h"
+
+enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048 };
+
+static inline int lanes8(int first, int lo, int hi, int *a, int *b) {
+    *a = lo - first < 0 ? 0 : lo - first;
+    *b = hi - first > 8 ? 8 : hi - first;
+    return *b > *a;
+}
+
+static inline __m256i lane_mask(int a, int b) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_si256(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(a - 1)),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(b), idx));
+}
+
+static inline float hmax(__m256 x) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+static inline float hsum(__m256 x) {
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+static inline __m256 load_f16x8(const kvc_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* i32 lanes: saturating narrowing of 8 i32 to 8 bytes (signed or unsigned). */
+static inline uint64_t pack_s8(__m256i v) {
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    w = _mm_packs_epi16(w, w);
+    return (uint64_t)_mm_cvtsi128_si64(w);
+}
+static inline uint64_t pack_u8(__m256i v) {
+    __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    w = _mm_packus_epi16(w, w);
+    return (uint64_t)_mm_cvtsi128_si64(w);
+}
+
+/* ---- qk ------------------------------------------------------------------------ */
+
+static float query_i8(const float *q, const kvc_f16 *scales, const kvc_f16 *mins, int dim, int8_t *qi,
+                      float *cterm) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 amax = _mm256_setzero_ps(), ct = _mm256_setzero_ps();
+    for (int c = 0; c < dim; c += 8) {
+        __m256 x = _mm256_loadu_ps(q + c);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_mul_ps(x, load_f16x8(scales + c))));
+        ct = _mm256_fmadd_ps(x, load_f16x8(mins + c), ct);
+    }
+    *cterm = hsum(ct);
+    float a = hmax(amax);
+    memset(qi + dim, 0, QMAX - (size_t)dim);
+    if (!(a > 0.0f) || !isfinite(a)) {
+        memset(qi, 0, (size_t)dim);
+        return 0.0f;
+    }
+    __m256 inv = _mm256_set1_ps(127.0f / a);
+    for (int c = 0; c < dim; c += 8) {
+        __m256 x = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c), load_f16x8(scales + c)), inv);
+        uint64_t b = pack_s8(_mm256_cvtps_epi32(x));
+        memcpy(qi + c, &b, 8);
+    }
+    return a / 127.0f;
+}
+
+static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4],
+                                                           const float *alpha, const float *cterm,
+                                                           int j0, int j1, float *s, int lds,
+                                                           const int BITS, const int NH) {
+    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim);
+    const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1);
+    for (int first = j0 - j0 % 8; first < j1; first += 8) {
+        int b = first / KVC_IQ_KBLOCK, half = (first % KVC_IQ_KBLOCK) / 8;
+        __m256i acc[4];
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
+        const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK + half * 8;
+        for (int w = 0; w < kw; w++) {
+            _mm_prefetch((const char *)(cw + w * 16) + PF, _MM_HINT_T0);
+            __m256i x = _mm256_loadu_si256((const __m256i *)(cw + w * 16));
+            __m256i s16[4];
+            #pragma GCC unroll 4
+            for (int h = 0; h < NH; h++) s16[h] = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int k = 0; k < nk; k++) {
+                __m256i c = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
+                #pragma GCC unroll 4
+                for (int h = 0; h < NH; h++)
+                    s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(c, _mm256_set1_epi32(qw[h][w * nk + k])));
+            }
+            #pragma GCC unroll 4
+            for (int h = 0; h < NH; h++) acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(s16[h], ones));
+        }
+        int a, e;
+        lanes8(first, j0, j1, &a, &e);
+        __m256i m = lane_mask(a, e);
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) {
+            __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_set1_ps(alpha[h]),
+                                       _mm256_set1_ps(cterm[h]));
+            _mm256_maskstore_ps(s + (size_t)h * lds + first - j0, m, f);
+        }
+    }
+}
+
+static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4], const float *alpha,
+                     const float *cterm, int j0, int j1, float *s, int lds, int nh) {
+#define QK_NH(BITS)                                                                   \
+    switch (nh) {                                                                     \
+    case 1: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 1); break;            \
+    case 2: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 2); break;            \
+    case 3: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 3); break;            \
+    default: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 4); break;           \
+    }
+    switch (t->bits) {
+    case 1: QK_NH(1); break;
+    case 2: QK_NH(2); break;
+    default: QK_NH(4); break;
+    }
+#undef QK_NH
+}
+
+static void qk_avx2(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
+                    int lds) {
+    int32_t qw[4][QMAX / 4];
+    float alpha[4], cterm[4];
+    for (int h0 = 0; h0 < G; h0 += 4) {
+        int nh = G - h0 < 4 ? G - h0 : 4;
+        for (int h = 0; h < nh; h++)
+            alpha[h] = query_i8(q + (size_t)(h0 + h) * ldq, t->scales, t->mins, t->dim, (int8_t *)qw[h], &cterm[h]);
+        qk_heads(t, (const int32_t(*)[QMAX / 4])qw, alpha, cterm, j0, j1, s + (size_t)h0 * lds, lds, nh);
+    }
+}
+
+/* ---- pv ------------------------------------------------------------------------ */
+
+enum { PV_NH = 4, MAX_G = KVC_IQ_MAX_DIM / 16 };
+
+typedef struct pv_state {
+    uint32_t wq[PV_NH][MAX_G][KVC_IQ_VBLOCK / 4];
+    float beta[PV_NH][MAX_G];
+    float mt[PV_NH][MAX_G][8];
+} pv_state;
+
+static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
+                       int j1, int ng, pv_state *st) {
+    __m256i m[4];
+    for (int i = 0; i < 4; i++) {
+        int a, e;
+        m[i] = lanes8(blk + 8 * i, j0, j1, &a, &e) ? lane_mask(a, e) : _mm256_setzero_si256();
+    }
+    for (int g = 0; g < ng; g++) {
+        const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;
+        for (int h = 0; h < nh; h++) {
+            const float *ph = p + (size_t)h * ldp + blk - j0;
+            __m256 w[4], wm = _mm256_setzero_ps(), mt = _mm256_loadu_ps(st->mt[h][g]);
+            for (int i = 0; i < 4; i++) {
+                __m256 pi = _mm256_maskload_ps(ph + 8 * i, m[i]);
+                mt = _mm256_fmadd_ps(pi, load_f16x8(mn + 8 * i), mt);
+                w[i] = _mm256_mul_ps(pi, load_f16x8(sc + 8 * i));
+                wm = _mm256_max_ps(wm, w[i]);
+            }
+            _mm256_storeu_ps(st->mt[h][g], mt);
+            float wmax = hmax(wm);
+            if (!(wmax > 0.0f) || !isfinite(wmax)) {
+                memset(st->wq[h][g], 0, sizeof st->wq[h][g]);
+                st->beta[h][g] = 0.0f;
+                continue;
+            }
+            __m256 inv = _mm256_set1_ps(255.0f / wmax);
+            for (int i = 0; i < 4; i++) {
+                uint64_t b = pack_u8(_mm256_cvtps_epi32(_mm256_mul_ps(w[i], inv)));
+                memcpy((uint8_t *)st->wq[h][g] + 8 * i, &b, 8);
+            }
+            st->beta[h][g] = wmax / 255.0f;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v, const pv_state *st,
+                                                           int blk, float *o, int ldo, const int BITS,
+                                                           const int NH) {
+    const int nk = 8 / BITS, tpw = 32 / BITS;
+    const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1);
+    const uint32_t *codes = v->codes + (size_t)(blk / tpw) * v->dim;
+    for (int c = 0; c < v->dim; c += 8) {
+        int g = c / v->group;
+        __m256i acc[PV_NH];
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
+        #pragma GCC unroll 4
+        for (int wb = 0; wb < BITS; wb++) {
+            const uint32_t *src = codes + (size_t)wb * v->dim + c;
+            _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
+            __m256i x = _mm256_loadu_si256((const __m256i *)src);
+            __m256i s16[PV_NH];
+            #pragma GCC unroll 4
+            for (int h = 0; h < NH; h++) s16[h] = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int k = 0; k < nk; k++) {
+                __m256i cd = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
+                #pragma GCC unroll 4
+                for (int h = 0; h < NH; h++)
+                    s16[h] = _mm256_add_epi16(
+                        s16[h], _mm256_maddubs_epi16(_mm256_set1_epi32((int)st->wq[h][g][wb * nk + k]), cd));
+            }
+            #pragma GCC unroll 4
+            for (int h = 0; h < NH; h++) acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(s16[h], ones));
+        }
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) {
+            float *oh = o + (size_t)h * ldo + c;
+            _mm256_storeu_ps(oh, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_set1_ps(st->beta[h][g]),
+                                                 _mm256_loadu_ps(oh)));
+        }
+    }
+}
+
+static void pv_heads(const kvc_iq_vblob *v, const pv_state *st, int blk, float *o, int ldo, int nh) {
+#define PV_NH_CASES(BITS)                                                  \
+    switch (nh) {                                                          \
+    case 1: pv_block(v, st, blk, o, ldo, BITS, 1); break;                  \
+    case 2: pv_block(v, st, blk, o, ldo, BITS, 2); break;                  \
+    case 3: pv_block(v, st, blk, o, ldo, BITS, 3); break;                  \
+    default: pv_block(v, st, blk, o, ldo, BITS, 4); break;                 \
+    }
+    switch (v->bits) {
+    case 1: PV_NH_CASES(1); break;
+    case 2: PV_NH_CASES(2); break;
+    default: PV_NH_CASES(4); break;
+    }
+#undef PV_NH_CASES
+}
+
+static void pv_avx2(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o,
+                    int ldo) {
+    int ng = (v->dim + v->group - 1) / v->group;
+    pv_state st;
+    for (int h0 = 0; h0 < G; h0 += PV_NH) {
+        int nh = G - h0 < PV_NH ? G - h0 : PV_NH;
+        memset(st.mt, 0, sizeof st.mt);
+        float *ob = o + (size_t)h0 * ldo;
+        for (int blk = j0 - j0 % KVC_IQ_VBLOCK; blk < j1; blk += KVC_IQ_VBLOCK) {
+            pv_weights(v, p + (size_t)h0 * ldp, ldp, nh, blk, j0, j1, ng, &st);
+            pv_heads(v, &st, blk, ob, ldo, nh);
+        }
+        for (int h = 0; h < nh; h++)
+            for (int g = 0; g < ng; g++) {
+                __m256 m = _mm256_set1_ps(hsum(_mm256_loadu_ps(st.mt[h][g])));
+                int c1 = (g + 1) * v->group < v->dim ? (g + 1) * v->group : v->dim;
+                for (int c = g * v->group; c < c1; c += 8)
+                    _mm256_storeu_ps(ob + (size_t)h * ldo + c,
+                                     _mm256_add_ps(_mm256_loadu_ps(ob + (size_t)h * ldo + c), m));
+            }
+    }
+}
+
+void kvc_iq_register_avx2(kvc_iq_kernels *k) {
+    k->qk = qk_avx2;
+    k->pv = pv_avx2;
+}

@@ -1,0 +1,289 @@
+/* AVX-512 VNNI kernels of the integer quant codecs (iquant.h).
+ *
+ * qk: per tile, the query of each head becomes int8 (q_c s_c / alpha) and the
+ * constant sum_c q_c m_c; then per block of 16 tokens, one load per key word
+ * (16 tokens x cpw channels), `8/bits` shift-and-mask steps that leave four
+ * channels of one token in each 32-bit lane, and one vpdpbusd per step and
+ * head against the four query bytes broadcast: the 16 lanes are the 16
+ * tokens' scores, no horizontal sums. Up to 4 heads share one pass.
+ *
+ * pv: per 32-token block, head and channel group, the weights p_t s_tg become
+ * u8 (beta per block) and sum_t p_t m_tg accumulates in a vector; then per 16
+ * channels, one load per word block, shift-and-mask steps that leave four
+ * tokens of one channel in each lane, and one vpdpbusd per step and head
+ * against those four tokens' weights; the block's integer sums are scaled
+ * into the f32 output once. Up to 8 heads share one pass over the codes.
+ * Results equal the scalar reference up to the order of float sums (the
+ * integer parts are exact). */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/codec/iquant.h"
+
+enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048 };
+
+static inline __mmask16 lanes(int first, int lo, int hi) {
+    /* lanes l of tokens first + l with lo <= first + l < hi */
+    int a = lo - first, b = hi - first;
+    if (a < 0) a = 0;
+    if (b > 16) b = 16;
+    if (b <= a) return 0;
+    return (__mmask16)(((1u << (b - a)) - 1) << a);
+}
+
+/* ---- qk ------------------------------------------------------------------------ */
+
+/* int8 query of one head into qi (zero padded to QMAX); the same values as
+ * kvc_iq_query_ref. Also returns the constant term in *cterm. */
+static float query_i8(const float *q, const __m512 *sc, const __m512 *mn, int dim, int width,
+                      int8_t *qi, float *cterm) {
+    __m512 amax = _mm512_setzero_ps(), ct = _mm512_setzero_ps();
+    for (int i = 0; i < dim / 16; i++) {
+        __m512 x = _mm512_loadu_ps(q + 16 * i);
+        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_mul_ps(x, sc[i])));
+        ct = _mm512_fmadd_ps(x, mn[i], ct);
+    }
+    *cterm = _mm512_reduce_add_ps(ct);
+    float a = _mm512_reduce_max_ps(amax);
+    memset(qi + dim, 0, (size_t)(width - dim));
+    if (!(a > 0.0f) || !isfinite(a)) {
+        memset(qi, 0, (size_t)dim);
+        return 0.0f;
+    }
+    __m512 inv = _mm512_set1_ps(127.0f / a);
+    for (int i = 0; i < dim / 16; i++) {
+        __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * i), sc[i]), inv);
+        _mm_storeu_si128((__m128i *)(qi + 16 * i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(x)));
+    }
+    return a / 127.0f;
+}
+
+/* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves NB blocks. */
+static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4],
+                                                            const float *alpha, const float *cterm,
+                                                            int b, int j0, int j1, float *s, int lds,
+                                                            const int BITS, const int NH, const int NB) {
+    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim);
+    const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
+    __m512i acc[2][4];
+    #pragma GCC unroll 2
+    for (int i = 0; i < NB; i++)
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) acc[i][h] = _mm512_setzero_si512();
+    const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK;
+    for (int w = 0; w < kw; w++) {
+        __m512i x[2];
+        #pragma GCC unroll 2
+        for (int i = 0; i < NB; i++) {
+            const uint32_t *src = cw + ((size_t)i * kw + w) * KVC_IQ_KBLOCK;
+            _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
+            x[i] = _mm512_load_si512(src);
+        }
+        #pragma GCC unroll 8
+        for (int k = 0; k < nk; k++) {
+            __m512i c[2];
+            #pragma GCC unroll 2
+            for (int i = 0; i < NB; i++) c[i] = _mm512_and_si512(_mm512_srli_epi32(x[i], BITS * k), mask);
+            #pragma GCC unroll 4
+            for (int h = 0; h < NH; h++) {
+                __m512i qb = _mm512_set1_epi32(qw[h][w * nk + k]);
+                #pragma GCC unroll 2
+                for (int i = 0; i < NB; i++) acc[i][h] = _mm512_dpbusd_epi32(acc[i][h], c[i], qb);
+            }
+        }
+    }
+    #pragma GCC unroll 2
+    for (int i = 0; i < NB; i++) {
+        int first = (b + i) * KVC_IQ_KBLOCK;
+        __mmask16 m = lanes(first, j0, j1);
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) {
+            __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][h]), _mm512_set1_ps(alpha[h]),
+                                       _mm512_set1_ps(cterm[h]));
+            /* lane l is token first + l, column first + l - j0 of s */
+            _mm512_mask_storeu_ps(s + (size_t)h * lds + first - j0, m, f);
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4],
+                                                           const float *alpha, const float *cterm,
+                                                           int j0, int j1, float *s, int lds,
+                                                           const int BITS, const int NH) {
+    int b = j0 / KVC_IQ_KBLOCK, e = (j1 + KVC_IQ_KBLOCK - 1) / KVC_IQ_KBLOCK;
+    for (; b + 2 <= e; b += 2) qk_blocks(t, qw, alpha, cterm, b, j0, j1, s, lds, BITS, NH, 2);
+    if (b < e) qk_blocks(t, qw, alpha, cterm, b, j0, j1, s, lds, BITS, NH, 1);
+}
+
+static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4], const float *alpha,
+                     const float *cterm, int j0, int j1, float *s, int lds, int nh) {
+#define QK_NH(BITS)                                                                   \
+    switch (nh) {                                                                     \
+    case 1: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 1); break;            \
+    case 2: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 2); break;            \
+    case 3: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 3); break;            \
+    default: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 4); break;           \
+    }
+    switch (t->bits) {
+    case 1: QK_NH(1); break;
+    case 2: QK_NH(2); break;
+    default: QK_NH(4); break;
+    }
+#undef QK_NH
+}
+
+static void qk_avx512(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1,
+                      float *s, int lds) {
+    __m512 sc[KVC_IQ_MAX_DIM / 16], mn[KVC_IQ_MAX_DIM / 16];
+    for (int i = 0; i < t->dim / 16; i++) {
+        sc[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * i)));
+        mn[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * i)));
+    }
+    int32_t qw[4][QMAX / 4];
+    float alpha[4], cterm[4];
+    int width = kvc_iq_kwords(t->bits, t->dim) * kvc_iq_cpw(t->bits); /* query bytes the words read */
+    for (int h0 = 0; h0 < G; h0 += 4) {
+        int nh = G - h0 < 4 ? G - h0 : 4;
+        for (int h = 0; h < nh; h++)
+            alpha[h] = query_i8(q + (size_t)(h0 + h) * ldq, sc, mn, t->dim, width, (int8_t *)qw[h], &cterm[h]);
+        qk_heads(t, (const int32_t(*)[QMAX / 4])qw, alpha, cterm, j0, j1, s + (size_t)h0 * lds, lds, nh);
+    }
+}
+
+/* ---- pv ------------------------------------------------------------------------ */
+
+enum { PV_NH = 8, MAX_G = KVC_IQ_MAX_DIM / 16 };
+
+typedef struct pv_state {
+    uint32_t wq[PV_NH][MAX_G][KVC_IQ_VBLOCK / 4]; /* u8 weights, four tokens per word */
+    float beta[PV_NH][MAX_G];
+    __m512 mt[PV_NH][MAX_G]; /* running sum_t p_t m_tg, per lane */
+} pv_state;
+
+/* u8 weights of one 32-token block for heads [0, nh) and every channel group. */
+static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
+                       int j1, int ng, pv_state *st) {
+    __mmask16 m0 = lanes(blk, j0, j1), m1 = lanes(blk + 16, j0, j1);
+    for (int g = 0; g < ng; g++) {
+        const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;
+        __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
+        __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 16)));
+        __m512 n0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mn));
+        __m512 n1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mn + 16)));
+        for (int h = 0; h < nh; h++) {
+            const float *ph = p + (size_t)h * ldp + blk - j0; /* lane l: token blk + l */
+            __m512 p0 = _mm512_maskz_loadu_ps(m0, ph), p1 = _mm512_maskz_loadu_ps(m1, ph + 16);
+            st->mt[h][g] = _mm512_fmadd_ps(p0, n0, _mm512_fmadd_ps(p1, n1, st->mt[h][g]));
+            __m512 w0 = _mm512_mul_ps(p0, s0), w1 = _mm512_mul_ps(p1, s1);
+            float wmax = _mm512_reduce_max_ps(_mm512_max_ps(w0, w1));
+            if (!(wmax > 0.0f) || !isfinite(wmax)) {
+                memset(st->wq[h][g], 0, sizeof st->wq[h][g]);
+                st->beta[h][g] = 0.0f;
+                continue;
+            }
+            __m512 inv = _mm512_set1_ps(255.0f / wmax);
+            __m128i q0 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w0, inv)));
+            __m128i q1 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w1, inv)));
+            _mm_storeu_si128((__m128i *)st->wq[h][g], q0);
+            _mm_storeu_si128((__m128i *)st->wq[h][g] + 1, q1);
+            st->beta[h][g] = wmax / 255.0f;
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v, const pv_state *st,
+                                                           int blk, float *o, int ldo, const int BITS,
+                                                           const int NH) {
+    const int nk = 8 / BITS, tpw = 32 / BITS;
+    const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
+    const uint32_t *codes = v->codes + (size_t)(blk / tpw) * v->dim;
+    for (int c = 0; c < v->dim; c += 16) {
+        int g = c / v->group;
+        __m512i acc[PV_NH];
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_si512();
+        #pragma GCC unroll 4
+        for (int wb = 0; wb < BITS; wb++) { /* 32 / tpw word blocks per 32 tokens */
+            const uint32_t *src = codes + (size_t)wb * v->dim + c;
+            _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
+            __m512i x = _mm512_load_si512(src);
+            #pragma GCC unroll 8
+            for (int k = 0; k < nk; k++) {
+                __m512i cd = _mm512_and_si512(_mm512_srli_epi32(x, BITS * k), mask);
+                #pragma GCC unroll 8
+                for (int h = 0; h < NH; h++)
+                    acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h][g][wb * nk + k]), cd);
+            }
+        }
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) {
+            float *oh = o + (size_t)h * ldo + c;
+            _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]), _mm512_set1_ps(st->beta[h][g]),
+                                                 _mm512_loadu_ps(oh)));
+        }
+    }
+    (void)tpw;
+}
+
+static void pv_heads(const kvc_iq_vblob *v, const pv_state *st, int blk, float *o, int ldo, int nh) {
+#define PV_NH_CASES(BITS)                                                  \
+    switch (nh) {                                                          \
+    case 1: pv_block(v, st, blk, o, ldo, BITS, 1); break;                  \
+    case 2: pv_block(v, st, blk, o, ldo, BITS, 2); break;                  \
+    case 3: pv_block(v, st, blk, o, ldo, BITS, 3); break;                  \
+    case 4: pv_block(v, st, blk, o, ldo, BITS, 4); break;                  \
+    default: pv_block(v, st, blk, o, ldo, BITS, 8); break;                 \
+    }
+    switch (v->bits) {
+    case 1: PV_NH_CASES(1); break;
+    case 2: PV_NH_CASES(2); break;
+    default: PV_NH_CASES(4); break;
+    }
+#undef PV_NH_CASES
+}
+
+static void pv_avx512(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o,
+                      int ldo) {
+    int ng = (v->dim + v->group - 1) / v->group;
+    pv_state st;
+    for (int h0 = 0; h0 < G; h0 += PV_NH) {
+        int nh = G - h0 < PV_NH ? G - h0 : PV_NH;
+        /* heads 5..7 run as a group of 8 with zero weights for the missing ones */
+        int nrun = nh <= 4 ? nh : PV_NH;
+        memset(st.wq, 0, sizeof st.wq);
+        memset(st.beta, 0, sizeof st.beta);
+        for (int h = 0; h < nh; h++)
+            for (int g = 0; g < ng; g++) st.mt[h][g] = _mm512_setzero_ps();
+        float obuf[PV_NH * KVC_IQ_MAX_DIM];
+        float *ob = o + (size_t)h0 * ldo;
+        int ldb = ldo;
+        if (nrun > nh) { /* missing heads write to scratch */
+            for (int h = 0; h < nh; h++) memcpy(obuf + h * v->dim, ob + (size_t)h * ldo, (size_t)v->dim * 4);
+            memset(obuf + nh * v->dim, 0, (size_t)(nrun - nh) * v->dim * 4);
+            ob = obuf;
+            ldb = v->dim;
+        }
+        for (int blk = j0 - j0 % KVC_IQ_VBLOCK; blk < j1; blk += KVC_IQ_VBLOCK) {
+            pv_weights(v, p + (size_t)h0 * ldp, ldp, nh, blk, j0, j1, ng, &st);
+            pv_heads(v, &st, blk, ob, ldb, nrun);
+        }
+        for (int h = 0; h < nh; h++) {
+            float *oh = ob + (size_t)h * ldb;
+            for (int g = 0; g < ng; g++) {
+                __m512 m = _mm512_set1_ps(_mm512_reduce_add_ps(st.mt[h][g]));
+                int c1 = (g + 1) * v->group < v->dim ? (g + 1) * v->group : v->dim;
+                for (int c = g * v->group; c < c1; c += 16)
+                    _mm512_storeu_ps(oh + c, _mm512_add_ps(_mm512_loadu_ps(oh + c), m));
+            }
+        }
+        if (ob == obuf)
+            for (int h = 0; h < nh; h++) memcpy(o + (size_t)(h0 + h) * ldo, obuf + h * v->dim, (size_t)v->dim * 4);
+    }
+}
+
+void kvc_iq_register_avx512(kvc_iq_kernels *k) {
+    k->qk = qk_avx512;
+    k->pv = pv_avx512;
+}

@@ -1,0 +1,313 @@
+/* The integer-kernel quant codecs "iq_k" / "iq_v" (layouts and math in
+ * iquant.h): encoding through the quant codec's per-row quantizer
+ * (kvc_quant_encode, so the codes, mins and scales equal quant_k / quant_v's),
+ * re-arranged for the integer kernels; qk / pv walk the requested token
+ * ranges tile by tile and call the active kernels (kvc_iq_k). Also the scalar
+ * reference kernels every SIMD variant is tested against. */
+#include "kv/codec/iquant.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+enum { HEADER = 64, MAX_DIM = KVC_IQ_MAX_DIM };
+
+typedef struct iqblob {
+    int32_t n, bits, group, dim;
+    int32_t n_tiles; /* K: tiles of `group` tokens; V: channel groups */
+    int32_t npad;    /* V: tokens rounded up to KVC_IQ_VBLOCK */
+    uint8_t pad_[HEADER - 24];
+    uint8_t data[]; /* 64-byte aligned */
+} iqblob;
+
+static const kvc_quant_cfg *cfg_of(const kvc_codec *c) { return (const kvc_quant_cfg *)c->cfg; }
+static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+int kvc_iq_supports(const kvc_quant_cfg *cfg, int dim) {
+    return cfg && (cfg->bits == 1 || cfg->bits == 2 || cfg->bits == 4) && cfg->group % 16 == 0 &&
+           cfg->group > 0 && cfg->group <= KVC_QUANT_MAX_N && dim > 0 && dim % 16 == 0 &&
+           dim <= MAX_DIM;
+}
+
+void kvc_quant_codecs(const kvc_quant_cfg *cfg, int dim, kvc_codec *k, kvc_codec *v) {
+    int iq = kvc_iq_supports(cfg, dim);
+    *k = (kvc_codec){.ops = iq ? &kvc_codec_iq_k : &kvc_codec_quant_k, .dim = dim, .cfg = cfg};
+    *v = (kvc_codec){.ops = iq ? &kvc_codec_iq_v : &kvc_codec_quant_v, .dim = dim, .cfg = cfg};
+}
+
+static kvc_status check(const kvc_codec *c, int n, const char *who) {
+    KVC_TRY(kvc_quant_cfg_check(cfg_of(c)));
+    KVC_CHECK(kvc_iq_supports(cfg_of(c), c->dim), KVC_ERR_ARG,
+              "%s: bits %d, group %d, dim %d not supported (bits 1/2/4, group and dim multiples of 16, dim <= %d)",
+              who, cfg_of(c)->bits, cfg_of(c)->group, c->dim, MAX_DIM);
+    KVC_CHECK(n >= 0, KVC_ERR_ARG, "%s: negative token count %d", who, n);
+    return KVC_OK;
+}
+
+static iqblob *blob_alloc(size_t data_bytes, int n, int bits, int group, int dim) {
+    iqblob *b = aligned_alloc(64, round64(HEADER + data_bytes));
+    if (!b) return NULL;
+    memset(b, 0, round64(HEADER + data_bytes));
+    b->n = n, b->bits = bits, b->group = group, b->dim = dim;
+    return b;
+}
+
+/* Quantizes one row of n values (stride vs) and returns its codes. */
+static void quantize_row(const float *x, ptrdiff_t vs, int n, int bits, kvc_f16 *mn, kvc_f16 *sc,
+                         uint8_t *codes) {
+    uint32_t words[KVC_QUANT_MAX_N];
+    kvc_quant_encode(x, 0, vs, 1, n, bits, mn, sc, words);
+    kvc_quant_unpack(bits, words, n, codes);
+}
+
+static int count_iq(const kvc_codec *c, const void *blob) { return ((const iqblob *)blob)->n; }
+static void free_iq(const kvc_codec *c, void *blob) { free(blob); }
+
+/* ---- keys ---------------------------------------------------------------------- */
+
+static size_t k_tile_bytes(int bits, int dim, int tn) {
+    int nb = (tn + KVC_IQ_KBLOCK - 1) / KVC_IQ_KBLOCK;
+    return (size_t)dim * 4 + (size_t)nb * kvc_iq_kwords(bits, dim) * KVC_IQ_KBLOCK * 4;
+}
+
+static size_t k_data_bytes(int bits, int group, int dim, int n) {
+    int full = n / group, rest = n % group;
+    return (size_t)full * k_tile_bytes(bits, dim, group) + (rest ? k_tile_bytes(bits, dim, rest) : 0);
+}
+
+static kvc_iq_ktile k_tile(const iqblob *b, int t) {
+    const uint8_t *base = b->data + (size_t)t * k_tile_bytes(b->bits, b->dim, b->group);
+    int tn = b->n - t * b->group;
+    if (tn > b->group) tn = b->group;
+    return (kvc_iq_ktile){(const kvc_f16 *)base, (const kvc_f16 *)(base + (size_t)b->dim * 2),
+                          (const uint32_t *)(base + (size_t)b->dim * 4), tn, b->dim, b->bits};
+}
+
+kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t) { return k_tile(blob, t); }
+
+static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t) {
+    int cpw = kvc_iq_cpw(t->bits), kw = kvc_iq_kwords(t->bits, t->dim);
+    uint32_t *codes = (uint32_t *)t->codes;
+    uint8_t code[KVC_QUANT_MAX_N];
+    for (int c = 0; c < t->dim; c++) {
+        quantize_row(x + c, ld, t->n, t->bits, (kvc_f16 *)&t->mins[c], (kvc_f16 *)&t->scales[c], code);
+        int w = c / cpw, r = c % cpw, shift = 8 * (r % 4) + t->bits * (r / 4);
+        for (int j = 0; j < t->n; j++)
+            codes[((size_t)(j / KVC_IQ_KBLOCK) * kw + w) * KVC_IQ_KBLOCK + j % KVC_IQ_KBLOCK] |=
+                (uint32_t)code[j] << shift;
+    }
+}
+
+static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, void **blob) {
+    KVC_TRY(check(c, n, "iq_k"));
+    const kvc_quant_cfg *q = cfg_of(c);
+    iqblob *b = blob_alloc(k_data_bytes(q->bits, q->group, c->dim, n), n, q->bits, q->group, c->dim);
+    if (!b) return kvc_fail(KVC_ERR_NOMEM, "iq_k: blob of %d tokens", n);
+    b->n_tiles = (n + q->group - 1) / q->group;
+    for (int t = 0; t < b->n_tiles; t++) {
+        kvc_iq_ktile v = k_tile(b, t);
+        encode_k_tile(x + (size_t)t * q->group * ld, ld, &v);
+    }
+    *blob = b;
+    return KVC_OK;
+}
+
+static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
+                 const kvc_range *r, int nr, float *s, int lds) {
+    const iqblob *b = blob;
+    int col = 0;
+    for (int i = 0; i < nr; i++)
+        for (int t0 = r[i].begin; t0 < r[i].end;) {
+            int tile = t0 / b->group, tb = tile * b->group;
+            kvc_iq_ktile v = k_tile(b, tile);
+            int te = r[i].end < tb + v.n ? r[i].end : tb + v.n;
+            kvc_iq_k.qk(&v, q, ldq, G, t0 - tb, te - tb, s + col, lds);
+            col += te - t0;
+            t0 = te;
+        }
+}
+
+static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
+    const iqblob *b = blob;
+    for (int j = begin; j < end; j++) {
+        kvc_iq_ktile v = k_tile(b, j / b->group);
+        for (int d = 0; d < b->dim; d++)
+            x[(size_t)(j - begin) * ld + d] =
+                (float)kvc_iq_kcode(&v, j % b->group, d) * kvc_f16_to_f32(v.scales[d]) +
+                kvc_f16_to_f32(v.mins[d]);
+    }
+}
+
+static void bytes_k(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
+    const iqblob *b = blob;
+    uint64_t all = HEADER + k_data_bytes(b->bits, b->group, b->dim, b->n);
+    *meta = HEADER + (uint64_t)b->n_tiles * b->dim * 4;
+    *payload = all - *meta;
+}
+
+const kvc_codec_ops kvc_codec_iq_k = {
+    .name = "iq_k",
+    .granule = 32,
+    .encode = encode_k,
+    .count = count_iq,
+    .qk = qk_k,
+    .decode = decode_k,
+    .bytes = bytes_k,
+    .free = free_iq,
+};
+
+/* ---- values --------------------------------------------------------------------- */
+
+static int v_npad(int n) { return (n + KVC_IQ_VBLOCK - 1) / KVC_IQ_VBLOCK * KVC_IQ_VBLOCK; }
+static size_t v_param_bytes(int ng, int npad) { return round64((size_t)ng * npad * 4); }
+static size_t v_code_bytes(int bits, int dim, int npad) { return (size_t)npad / (32 / bits) * dim * 4; }
+
+static kvc_iq_vblob v_view(const iqblob *b) {
+    size_t plane = (size_t)b->n_tiles * b->npad;
+    return (kvc_iq_vblob){(const kvc_f16 *)b->data, (const kvc_f16 *)b->data + plane,
+                          (const uint32_t *)(b->data + v_param_bytes(b->n_tiles, b->npad)),
+                          b->n, b->npad, b->dim, b->group, b->bits};
+}
+
+kvc_iq_vblob kvc_iq_vblob_of(const void *blob) { return v_view(blob); }
+
+static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, void **blob) {
+    KVC_TRY(check(c, n, "iq_v"));
+    const kvc_quant_cfg *q = cfg_of(c);
+    int ng = (c->dim + q->group - 1) / q->group, npad = v_npad(n);
+    iqblob *b = blob_alloc(v_param_bytes(ng, npad) + v_code_bytes(q->bits, c->dim, npad), n, q->bits,
+                           q->group, c->dim);
+    if (!b) return kvc_fail(KVC_ERR_NOMEM, "iq_v: blob of %d tokens", n);
+    b->n_tiles = ng;
+    b->npad = npad;
+    kvc_iq_vblob v = v_view(b);
+    int tpw = 32 / q->bits;
+    uint32_t *codes = (uint32_t *)v.codes;
+    uint8_t code[KVC_QUANT_MAX_N];
+    for (int g = 0; g < ng; g++) {
+        int c0 = g * q->group, cw = c->dim - c0 < q->group ? c->dim - c0 : q->group;
+        for (int t = 0; t < n; t++) {
+            size_t pi = (size_t)g * npad + t;
+            quantize_row(x + (size_t)t * ld + c0, 1, cw, q->bits, (kvc_f16 *)&v.mins[pi],
+                         (kvc_f16 *)&v.scales[pi], code);
+            int r = t % tpw, shift = 8 * (r % 4) + q->bits * (r / 4);
+            for (int j = 0; j < cw; j++)
+                codes[(size_t)(t / tpw) * c->dim + c0 + j] |= (uint32_t)code[j] << shift;
+        }
+    }
+    *blob = b;
+    return KVC_OK;
+}
+
+static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
+                 const kvc_range *r, int nr, float *o, int ldo) {
+    kvc_iq_vblob v = v_view(blob);
+    int col = 0;
+    for (int i = 0; i < nr; i++) {
+        if (r[i].end > r[i].begin) kvc_iq_k.pv(&v, p + col, ldp, G, r[i].begin, r[i].end, o, ldo);
+        col += r[i].end - r[i].begin;
+    }
+}
+
+static void decode_v(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
+    kvc_iq_vblob v = v_view(blob);
+    for (int j = begin; j < end; j++)
+        for (int d = 0; d < v.dim; d++) {
+            size_t pi = (size_t)(d / v.group) * v.npad + j;
+            x[(size_t)(j - begin) * ld + d] = (float)kvc_iq_vcode(&v, j, d) * kvc_f16_to_f32(v.scales[pi]) +
+                                              kvc_f16_to_f32(v.mins[pi]);
+        }
+}
+
+static void bytes_v(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
+    const iqblob *b = blob;
+    *payload = v_code_bytes(b->bits, b->dim, b->npad);
+    *meta = HEADER + v_param_bytes(b->n_tiles, b->npad);
+}
+
+const kvc_codec_ops kvc_codec_iq_v = {
+    .name = "iq_v",
+    .granule = KVC_IQ_VBLOCK,
+    .encode = encode_v,
+    .count = count_iq,
+    .pv = pv_v,
+    .decode = decode_v,
+    .bytes = bytes_v,
+    .free = free_iq,
+};
+
+/* ---- scalar reference kernels ----------------------------------------------------- */
+
+float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *qi) {
+    float amax = 0.0f;
+    for (int c = 0; c < dim; c++) {
+        float a = fabsf(q[c] * kvc_f16_to_f32(scales[c]));
+        if (a > amax) amax = a;
+    }
+    size_t width = ((size_t)dim + 31) / 32 * 32; /* padded to the widest word (1 bit: 32 channels) */
+    memset(qi, 0, width);
+    if (!(amax > 0.0f) || !isfinite(amax)) return 0.0f;
+    float inv = 127.0f / amax;
+    for (int c = 0; c < dim; c++) {
+        long v = lrintf(q[c] * kvc_f16_to_f32(scales[c]) * inv);
+        qi[c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+    }
+    return amax / 127.0f;
+}
+
+static void qk_ref(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
+                   int lds) {
+    int8_t qi[MAX_DIM + 64];
+    for (int h = 0; h < G; h++) {
+        const float *qh = q + (size_t)h * ldq;
+        float alpha = kvc_iq_query_ref(qh, t->scales, t->dim, qi);
+        float cterm = 0.0f;
+        for (int c = 0; c < t->dim; c++) cterm += qh[c] * kvc_f16_to_f32(t->mins[c]);
+        for (int j = j0; j < j1; j++) {
+            int32_t dot = 0;
+            for (int c = 0; c < t->dim; c++) dot += qi[c] * kvc_iq_kcode(t, j, c);
+            s[(size_t)h * lds + j - j0] = fmaf(alpha, (float)dot, cterm);
+        }
+    }
+}
+
+static void pv_ref(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o,
+                   int ldo) {
+    int ng = (v->dim + v->group - 1) / v->group;
+    for (int h = 0; h < G; h++) {
+        const float *ph = p + (size_t)h * ldp - j0; /* ph[j]: weight of token j */
+        float *oh = o + (size_t)h * ldo;
+        for (int g = 0; g < ng; g++) {
+            int c0 = g * v->group, c1 = c0 + v->group < v->dim ? c0 + v->group : v->dim;
+            const kvc_f16 *sc = v->scales + (size_t)g * v->npad, *mn = v->mins + (size_t)g * v->npad;
+            float mterm = 0.0f;
+            for (int b0 = j0 - j0 % KVC_IQ_VBLOCK; b0 < j1; b0 += KVC_IQ_VBLOCK) {
+                int lo = b0 > j0 ? b0 : j0, hi = b0 + KVC_IQ_VBLOCK < j1 ? b0 + KVC_IQ_VBLOCK : j1;
+                float w[KVC_IQ_VBLOCK], wmax = 0.0f;
+                for (int j = lo; j < hi; j++) {
+                    w[j - lo] = ph[j] * kvc_f16_to_f32(sc[j]);
+                    mterm += ph[j] * kvc_f16_to_f32(mn[j]);
+                    if (w[j - lo] > wmax) wmax = w[j - lo];
+                }
+                if (!(wmax > 0.0f) || !isfinite(wmax)) continue;
+                float inv = 255.0f / wmax, beta = wmax / 255.0f;
+                int wq[KVC_IQ_VBLOCK];
+                for (int j = lo; j < hi; j++) {
+                    long q = lrintf(w[j - lo] * inv);
+                    wq[j - lo] = (int)(q < 0 ? 0 : q > 255 ? 255 : q);
+                }
+                for (int c = c0; c < c1; c++) {
+                    int32_t acc = 0;
+                    for (int j = lo; j < hi; j++) acc += wq[j - lo] * kvc_iq_vcode(v, j, c);
+                    oh[c] = fmaf(beta, (float)acc, oh[c]);
+                }
+            }
+            for (int c = c0; c < c1; c++) oh[c] += mterm;
+        }
+    }
+}
+
+const kvc_iq_kernels kvc_iq_ref = {.qk = qk_ref, .pv = pv_ref};
+kvc_iq_kernels kvc_iq_k = {.qk = qk_ref, .pv = pv_ref};

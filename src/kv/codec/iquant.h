@@ -1,0 +1,117 @@
+/* Integer-kernel layouts of the KIVI / KVmix quantization ("iq_k", "iq_v"):
+ * the same asymmetric min/scale codes as quant.h (same encoder, same f16
+ * parameters, same bytes within padding), arranged so that attention runs on
+ * integer dot products (AVX-512 VNNI vpdpbusd; AVX2 vpmaddubsw + vpmaddwd)
+ * instead of unpacking every code to f32.
+ *
+ * Keys, per channel c in tiles of `group` tokens (scale s_c, min m_c):
+ *   q.k_t = sum_c q_c (s_c code_tc + m_c) = alpha * sum_c qi_c code_tc + sum_c q_c m_c
+ * with qi = round(q_c s_c / alpha) an int8 query per tile and head, alpha =
+ * max_c |q_c s_c| / 127. Code layout of a tile: blocks of 16 tokens; in a
+ * block, word w of token t (lane t of a 512-bit register) holds channels
+ * [w*cpw, (w+1)*cpw) with cpw = 32/bits: byte b, bit field k (bits*k ..) is
+ * channel w*cpw + 4k + b. So (word >> bits*k) & mask is four channels of one
+ * token per 32-bit lane, one vpdpbusd against the query bytes 4k..4k+3 of the
+ * word: no horizontal sums, tokens stay in lanes.
+ *
+ * Values, per token t in groups of `group` channels g (scale s_tg, min m_tg):
+ *   o_c += sum_t p_t (s_tg code_tc + m_tg) = beta * sum_t wq_t code_tc + sum_t p_t m_tg
+ * with wq = round(p_t s_tg / beta) in 0..255 per block of 32 tokens, head and
+ * channel group, beta = max_t p_t s_tg / 255. Code layout: word blocks of
+ * tpw = 32/bits tokens; in a block, word c (lane c) holds channel c of the
+ * block's tokens: byte b, bit field k is token 4k + b. (word >> bits*k) & mask
+ * is four tokens of one channel per lane, one vpdpbusd against the four
+ * weights (u8) of those tokens.
+ *
+ * Precision: the int8 query and the 8-bit weights add a rounding of at most
+ * 1/254 of the tile's largest term (measured against the float kernel with
+ * `kvcomp eval kl`, docs/methods.md). bits 1, 2, 4; `group` a multiple of 16;
+ * head dim a multiple of 16 up to 256 (other configurations use quant_k / quant_v). */
+#ifndef KVC_KV_CODEC_IQUANT_H
+#define KVC_KV_CODEC_IQUANT_H
+
+#include <stdint.h>
+
+#include "base/f16.h"
+#include "kv/codec/quant.h"
+
+enum {
+    KVC_IQ_MAX_DIM = 256, /* head dims the integer layouts take */
+    KVC_IQ_KBLOCK = 16, /* tokens per key code block (lanes of a 512-bit register) */
+    KVC_IQ_VBLOCK = 32, /* tokens per value weight block (one beta per head and group) */
+};
+
+/* A key tile: n tokens (<= group) of dim channels. */
+typedef struct kvc_iq_ktile {
+    const kvc_f16 *mins, *scales; /* [dim] */
+    const uint32_t *codes;        /* [ceil(n/16)][words][16], words = kvc_iq_kwords */
+    int n, dim, bits;
+} kvc_iq_ktile;
+
+/* The values of one chunk: n tokens, dim channels in groups of `group`. */
+typedef struct kvc_iq_vblob {
+    const kvc_f16 *mins, *scales; /* [n_groups][npad], npad = n rounded up to 32 */
+    const uint32_t *codes;        /* [ceil(n/tpw)][dim] */
+    int n, npad, dim, group, bits;
+} kvc_iq_vblob;
+
+/* Channels per key word, key words per token (dim padded with zero codes). */
+static inline int kvc_iq_cpw(int bits) { return 32 / bits; }
+static inline int kvc_iq_kwords(int bits, int dim) { return (dim + 32 / bits - 1) / (32 / bits); }
+
+/* Code of key token t (in the tile), channel c; of value token t, channel c. */
+static inline int kvc_iq_kcode(const kvc_iq_ktile *t, int tok, int c) {
+    int cpw = kvc_iq_cpw(t->bits), w = c / cpw, r = c % cpw, k = r / 4, b = r % 4;
+    uint32_t word = t->codes[((size_t)(tok / KVC_IQ_KBLOCK) * kvc_iq_kwords(t->bits, t->dim) + w) *
+                                 KVC_IQ_KBLOCK + tok % KVC_IQ_KBLOCK];
+    return (int)((word >> (8 * b + t->bits * k)) & ((1u << t->bits) - 1));
+}
+static inline int kvc_iq_vcode(const kvc_iq_vblob *v, int tok, int c) {
+    int tpw = 32 / v->bits, r = tok % tpw, k = r / 4, b = r % 4;
+    uint32_t word = v->codes[(size_t)(tok / tpw) * v->dim + c];
+    return (int)((word >> (8 * b + v->bits * k)) & ((1u << v->bits) - 1));
+}
+
+/* The kernels (one table; scalar references below, SIMD variants registered by
+ * kvc_codecs_init from src/kernels/<isa>/kv_iquant_<isa>.c).
+ *
+ * qk: s[h*lds + j - j0] = q_h . key_j for tokens j0 <= j < j1 of the tile,
+ *     h < G, q rows of dim floats (ldq apart).
+ * pv: o[h*ldo + c] += sum_j p[h*ldp + j - j0] * value_jc for tokens j0..j1 of
+ *     the blob, c < dim. Weight blocks are the blob's aligned 32-token blocks. */
+typedef struct kvc_iq_kernels {
+    void (*qk)(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
+               int lds);
+    void (*pv)(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o,
+               int ldo);
+} kvc_iq_kernels;
+
+extern kvc_iq_kernels kvc_iq_k;           /* active */
+extern const kvc_iq_kernels kvc_iq_ref;   /* scalar reference */
+
+/* SIMD variants: each overwrites the entries it implements (codec_registry.c). */
+void kvc_iq_register_avx2(kvc_iq_kernels *k);
+void kvc_iq_register_avx512(kvc_iq_kernels *k);
+
+/* The int8 query of one head for one tile: qi[c] = round(q_c s_c * 127 / amax)
+ * for c < dim (0 beyond, up to kwords*cpw), returns alpha = amax / 127 (0 when
+ * q.s is all zero). Shared definition for every ISA (the SIMD kernels compute
+ * the same values: the same products, max and one rounding). */
+float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *qi);
+
+/* Views of an iq_k blob's tile t and of an iq_v blob (kernels' tests). */
+kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t);
+kvc_iq_vblob kvc_iq_vblob_of(const void *blob);
+
+/* Codec tables. */
+extern const kvc_codec_ops kvc_codec_iq_k, kvc_codec_iq_v;
+
+/* 1 when the integer layouts support this configuration (bits 1/2/4, group a
+ * multiple of 16, dim a multiple of 16 up to KVC_IQ_MAX_DIM). */
+int kvc_iq_supports(const kvc_quant_cfg *cfg, int dim);
+
+/* The K and V codecs a quantizing method should use for cfg at dim: iq_k /
+ * iq_v when supported, else quant_k / quant_v. */
+void kvc_quant_codecs(const kvc_quant_cfg *cfg, int dim, kvc_codec *k, kvc_codec *v);
+
+#endif

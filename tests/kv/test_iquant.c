@@ -1,0 +1,247 @@
+/* The integer quant codecs iq_k / iq_v (src/kv/codec/iquant.c) and their
+ * kernels (src/kernels/<isa>/kv_iquant_<isa>.c):
+ *  - the codes, mins and scales equal quant_k / quant_v's (same encoder), so
+ *    decode agrees with the float codecs exactly;
+ *  - the scalar reference agrees with q.k and p.v over the decoded cache in
+ *    double within the int8 query / u8 weight rounding: per token
+ *    |s - q.k| <= alpha/2 * sum_c code_tc (alpha = max_c |q_c s_c| / 127) and
+ *    per channel |o - p.v| <= sum_t beta_b(t)/2 * code_tc (beta = the block's
+ *    max p_t s_t / 255), plus 1e-5 of the magnitudes for f32 sums;
+ *  - the active (SIMD) kernels agree with the scalar reference: the integer
+ *    parts are exact, only the order of the f32 constant-term sums differs
+ *    (1e-5 of sum |q_c m_c| / sum |p_t m_t|);
+ * over bits 1/2/4, groups 16-128, head dims 16-256, G = 1..8, ragged tails
+ * (n not a multiple of anything) and ragged ranges [j0, j1). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/codec/iquant.h"
+#include "kv/codec/quant.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+/* K/V with a few outlier channels (as real keys have) and a per-token offset. */
+static float *make_kv(int n, int dim) {
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < dim; c++) x[(size_t)t * dim + c] = frand() * (c % 13 == 0 ? 8.0f : 1.0f) + 0.3f * (t % 5);
+    return x;
+}
+
+typedef struct kcase {
+    int bits, group, dim, n, G;
+} kcase;
+
+static void check_qk(const kcase *k, void *kb, const float *q) {
+    const kvc_iq_kernels *act = &kvc_iq_k;
+    int ntiles = (k->n + k->group - 1) / k->group;
+    float *s_ref = malloc(sizeof(float) * 8 * KVC_QUANT_MAX_N), *s_act = malloc(sizeof(float) * 8 * KVC_QUANT_MAX_N);
+    for (int ti = 0; ti < ntiles; ti++) {
+        kvc_iq_ktile t = kvc_iq_ktile_of(kb, ti);
+        int j0 = (int)(rnd() % (unsigned)t.n), j1 = j0 + 1 + (int)(rnd() % (unsigned)(t.n - j0));
+        if (ti % 2 == 0) j0 = 0, j1 = t.n;
+        kvc_iq_ref.qk(&t, q, k->dim, k->G, j0, j1, s_ref, KVC_QUANT_MAX_N);
+        act->qk(&t, q, k->dim, k->G, j0, j1, s_act, KVC_QUANT_MAX_N);
+        for (int h = 0; h < k->G; h++) {
+            const float *qh = q + (size_t)h * k->dim;
+            double amax = 0, cmag = 0;
+            for (int c = 0; c < k->dim; c++) {
+                double a = fabs((double)(qh[c] * kvc_f16_to_f32(t.scales[c])));
+                if (a > amax) amax = a;
+                cmag += fabs(qh[c] * kvc_f16_to_f32(t.mins[c]));
+            }
+            for (int j = j0; j < j1; j++) {
+                double exact = 0, codes = 0, mag = cmag;
+                for (int c = 0; c < k->dim; c++) {
+                    int code = kvc_iq_kcode(&t, j, c);
+                    double kv = (double)code * kvc_f16_to_f32(t.scales[c]) + kvc_f16_to_f32(t.mins[c]);
+                    exact += qh[c] * kv;
+                    codes += code;
+                    mag += fabs(qh[c] * kv);
+                }
+                float r = s_ref[h * KVC_QUANT_MAX_N + j - j0], a = s_act[h * KVC_QUANT_MAX_N + j - j0];
+                double bound = amax / 127.0 / 2.0 * codes * 1.0001 + 1e-5 * mag + 1e-6;
+                if (fabs(r - exact) > bound || fabs(a - r) > 1e-5 * cmag + 1e-6 * fabs(r) + 1e-6)
+                    fail_msg("qk bits %d group %d dim %d n %d G %d tile %d [%d,%d) head %d token %d: "
+                             "ref %g exact %g (bound %g) active %g",
+                             k->bits, k->group, k->dim, k->n, k->G, ti, j0, j1, h, j, r, exact, bound, a);
+            }
+        }
+    }
+    free(s_ref);
+    free(s_act);
+}
+
+static void check_pv(const kcase *k, void *vb) {
+    kvc_iq_vblob v = kvc_iq_vblob_of(vb);
+    int n = k->n, dim = k->dim, G = k->G;
+    for (int trial = 0; trial < 3; trial++) {
+        int j0 = trial == 0 ? 0 : (int)(rnd() % (unsigned)n);
+        int j1 = trial == 0 ? n : j0 + 1 + (int)(rnd() % (unsigned)(n - j0));
+        int len = j1 - j0;
+        float *p = malloc(sizeof(float) * (size_t)G * len);
+        for (int i = 0; i < G * len; i++) { /* peaked and flat rows, some exact zeros */
+            float u = (float)rnd() / 4294967296.0f;
+            p[i] = (i % 7 == 0) ? 0.0f : (i / len) % 2 ? u : expf(8.0f * (u - 1.0f));
+        }
+        float *o_ref = calloc((size_t)G * dim, sizeof(float)), *o_act = calloc((size_t)G * dim, sizeof(float));
+        for (int i = 0; i < G * dim; i++) o_ref[i] = o_act[i] = frand();
+        float *o0 = malloc(sizeof(float) * (size_t)G * dim);
+        memcpy(o0, o_ref, sizeof(float) * (size_t)G * dim);
+        kvc_iq_ref.pv(&v, p, len, G, j0, j1, o_ref, dim);
+        kvc_iq_k.pv(&v, p, len, G, j0, j1, o_act, dim);
+        for (int h = 0; h < G; h++)
+            for (int c = 0; c < dim; c++) {
+                size_t pi0 = (size_t)(c / v.group) * v.npad;
+                double exact = o0[h * dim + c], bound = 0, mag = fabs(o0[h * dim + c]), mmag = 0;
+                for (int b0 = j0 - j0 % KVC_IQ_VBLOCK; b0 < j1; b0 += KVC_IQ_VBLOCK) {
+                    int lo = b0 > j0 ? b0 : j0, hi = b0 + KVC_IQ_VBLOCK < j1 ? b0 + KVC_IQ_VBLOCK : j1;
+                    double wmax = 0, codes = 0;
+                    for (int t = lo; t < hi; t++) {
+                        double pt = p[(size_t)h * len + t - j0];
+                        double sc = kvc_f16_to_f32(v.scales[pi0 + t]), mn = kvc_f16_to_f32(v.mins[pi0 + t]);
+                        int code = kvc_iq_vcode(&v, t, c);
+                        if (pt * sc > wmax) wmax = pt * sc;
+                        codes += code;
+                        exact += pt * (code * sc + mn);
+                        mag += fabs(pt * (code * sc + mn));
+                        mmag += fabs(pt * mn);
+                    }
+                    bound += wmax / 255.0 / 2.0 * codes * 1.0001;
+                }
+                bound += 1e-5 * mag + 1e-6;
+                float r = o_ref[h * dim + c], a = o_act[h * dim + c];
+                if (fabs(r - exact) > bound || fabs(a - r) > 1e-5 * mag + 1e-6)
+                    fail_msg("pv bits %d group %d dim %d n %d G %d [%d,%d) head %d channel %d: ref %g "
+                             "exact %g (bound %g) active %g",
+                             k->bits, k->group, dim, n, G, j0, j1, h, c, r, exact, bound, a);
+                (void)mmag;
+            }
+        free(p); free(o_ref); free(o_act); free(o0);
+    }
+}
+
+static void run_case(const kcase *k) {
+    kvc_quant_cfg cfg = {k->bits, k->group};
+    kvc_codec kc, vc;
+    kvc_quant_codecs(&cfg, k->dim, &kc, &vc);
+    assert_ptr_equal(kc.ops, &kvc_codec_iq_k);
+    assert_ptr_equal(vc.ops, &kvc_codec_iq_v);
+    float *kx = make_kv(k->n, k->dim), *vx = make_kv(k->n, k->dim);
+    void *kb = NULL, *vb = NULL;
+    assert_int_equal(kc.ops->encode(&kc, kx, k->n, k->dim, &kb), KVC_OK);
+    assert_int_equal(vc.ops->encode(&vc, vx, k->n, k->dim, &vb), KVC_OK);
+    assert_int_equal(kc.ops->count(&kc, kb), k->n);
+
+    /* decode equals the float codecs' decode (same encoder) */
+    kvc_codec fk = {&kvc_codec_quant_k, k->dim, &cfg}, fv = {&kvc_codec_quant_v, k->dim, &cfg};
+    void *fkb = NULL, *fvb = NULL;
+    assert_int_equal(fk.ops->encode(&fk, kx, k->n, k->dim, &fkb), KVC_OK);
+    assert_int_equal(fv.ops->encode(&fv, vx, k->n, k->dim, &fvb), KVC_OK);
+    size_t sz = sizeof(float) * (size_t)k->n * k->dim;
+    float *a = malloc(sz), *b = malloc(sz);
+    kc.ops->decode(&kc, kb, 0, k->n, a, k->dim);
+    fk.ops->decode(&fk, fkb, 0, k->n, b, k->dim);
+    assert_memory_equal(a, b, sz);
+    vc.ops->decode(&vc, vb, 0, k->n, a, k->dim);
+    fv.ops->decode(&fv, fvb, 0, k->n, b, k->dim);
+    assert_memory_equal(a, b, sz);
+
+    float *q = malloc(sizeof(float) * (size_t)k->G * k->dim);
+    for (int i = 0; i < k->G * k->dim; i++) q[i] = frand();
+    check_qk(k, kb, q);
+    check_pv(k, vb);
+
+    /* through the codec: a list of ranges, scores in range order */
+    kvc_range r[2] = {{1, k->n / 2}, {k->n / 2 + 1, k->n}};
+    int nr = k->n >= 4 ? 2 : 0, cols = nr ? k->n - 2 : 0;
+    if (nr) {
+        float *s = malloc(sizeof(float) * (size_t)k->G * cols), *dec = malloc(sz);
+        kc.ops->qk(&kc, kb, q, k->G, k->dim, r, nr, s, cols);
+        kc.ops->decode(&kc, kb, 0, k->n, dec, k->dim);
+        for (int h = 0; h < k->G; h++) {
+            int col = 0;
+            for (int i = 0; i < nr; i++)
+                for (int t = r[i].begin; t < r[i].end; t++, col++) {
+                    double e = 0, m = 0;
+                    for (int c = 0; c < k->dim; c++) {
+                        e += q[h * k->dim + c] * dec[(size_t)t * k->dim + c];
+                        m += fabs(q[h * k->dim + c] * dec[(size_t)t * k->dim + c]);
+                    }
+                    assert_true(fabs(s[h * cols + col] - e) <= 0.05 * m + 1e-4);
+                }
+        }
+        free(s);
+        free(dec);
+    }
+    uint64_t pay, meta;
+    kc.ops->bytes(&kc, kb, &pay, &meta);
+    assert_true(pay > 0 && meta > 0);
+    kc.ops->free(&kc, kb); vc.ops->free(&vc, vb);
+    fk.ops->free(&fk, fkb); fv.ops->free(&fv, fvb);
+    free(kx); free(vx); free(a); free(b); free(q);
+}
+
+static void test_kernels_all_shapes(void **state) {
+    (void)state;
+    const int bits[] = {1, 2, 4}, groups[] = {16, 32, 64, 128}, dims[] = {16, 48, 64, 128, 256};
+    const int ns[] = {1, 15, 33, 100, 261};
+    int i = 0;
+    for (int bi = 0; bi < 3; bi++)
+        for (int gi = 0; gi < 4; gi++)
+            for (int di = 0; di < 5; di++)
+                for (int ni = 0; ni < 5; ni++, i++) {
+                    kcase k = {bits[bi], groups[gi], dims[di], ns[ni], 1 + i % 8};
+                    if (k.group > 32 && dims[di] < k.group && k.bits == 1) continue;
+                    run_case(&k);
+                }
+}
+
+static void test_every_gqa_group(void **state) {
+    (void)state;
+    for (int G = 1; G <= 8; G++)
+        for (int d = 64; d <= 128; d += 64) {
+            kcase k4 = {4, 32, d, 200, G}, k2 = {2, 32, d, 77, G};
+            run_case(&k4);
+            run_case(&k2);
+        }
+}
+
+static void test_unsupported_falls_back(void **state) {
+    (void)state;
+    kvc_quant_cfg c3 = {3, 32}, g8 = {4, 8}, ok = {4, 32};
+    kvc_codec k, v;
+    kvc_quant_codecs(&c3, 64, &k, &v);
+    assert_ptr_equal(k.ops, &kvc_codec_quant_k);
+    kvc_quant_codecs(&g8, 64, &k, &v);
+    assert_ptr_equal(v.ops, &kvc_codec_quant_v);
+    kvc_quant_codecs(&ok, 40, &k, &v);
+    assert_ptr_equal(k.ops, &kvc_codec_quant_k);
+    kvc_codec bad = {&kvc_codec_iq_k, 64, &c3};
+    void *blob = NULL;
+    float x[64] = {0};
+    assert_int_equal(bad.ops->encode(&bad, x, 1, 64, &blob), KVC_ERR_ARG);
+}
+
+int main(void) {
+    kvc_codecs_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kernels_all_shapes),
+        cmocka_unit_test(test_every_gqa_group),
+        cmocka_unit_test(test_unsupported_falls_back),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
