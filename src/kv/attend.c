@@ -486,7 +486,7 @@ static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, co
                      int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw) {
     int n = it->n;
     const kvc_range *r = rs + it->r0;
-    c->kc.ops->qk(&c->kc, c->kb, q, G, ldq, r, it->nr, s, TILE);
+    kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, it->nr, s, TILE);
     if (c->dead) {
         int j = 0;
         for (int i = 0; i < it->nr; i++)
@@ -515,7 +515,7 @@ static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, co
         }
         acc[G + g] += kvc_softmax_k.exp_sum(sg, n, m);
     }
-    if (any) c->vc.ops->pv(&c->vc, c->vb, s, G, TILE, r, it->nr, acc + 2 * G, dim);
+    if (any) kvc_codec_pv_ranges(&c->vc, c->vb, s, G, TILE, r, it->nr, acc + 2 * G, dim);
 }
 
 static void run_part(void *ctx, int task, int thread) {

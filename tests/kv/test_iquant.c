@@ -3,8 +3,8 @@
  *  - the codes, mins and scales equal quant_k / quant_v's (same encoder), so
  *    decode agrees with the float codecs exactly;
  *  - the scalar reference agrees with q.k and p.v over the decoded cache in
- *    double within the int8 query / u8 weight rounding: per token
- *    |s - q.k| <= alpha/2 * sum_c code_tc (alpha = max_c |q_c s_c| / 127) and
+ *    double within the 15-bit query / u8 weight rounding: per token
+ *    |s - q.k| <= alpha/2 * sum_c code_tc (alpha = max_c |q_c s_c| / 16256) and
  *    per channel |o - p.v| <= sum_t beta_b(t)/2 * code_tc (beta = the block's
  *    max p_t s_t / 255), plus 1e-5 of the magnitudes for f32 sums;
  *  - the active (SIMD) kernels agree with the scalar reference: the integer
@@ -73,7 +73,7 @@ static void check_qk(const kcase *k, void *kb, const float *q) {
                     mag += fabs(qh[c] * kv);
                 }
                 float r = s_ref[h * KVC_QUANT_MAX_N + j - j0], a = s_act[h * KVC_QUANT_MAX_N + j - j0];
-                double bound = amax / 127.0 / 2.0 * codes * 1.0001 + 1e-5 * mag + 1e-6;
+                double bound = amax / KVC_IQ_QMAX / 2.0 * codes * 1.0001 + 1e-5 * mag + 1e-6;
                 if (fabs(r - exact) > bound || fabs(a - r) > 1e-5 * cmag + 1e-6 * fabs(r) + 1e-6)
                     fail_msg("qk bits %d group %d dim %d n %d G %d tile %d [%d,%d) head %d token %d: "
                              "ref %g exact %g (bound %g) active %g",
@@ -170,7 +170,7 @@ static void run_case(const kcase *k) {
     int nr = k->n >= 4 ? 2 : 0, cols = nr ? k->n - 2 : 0;
     if (nr) {
         float *s = malloc(sizeof(float) * (size_t)k->G * cols), *dec = malloc(sz);
-        kc.ops->qk(&kc, kb, q, k->G, k->dim, r, nr, s, cols);
+        kvc_codec_qk_ranges(&kc, kb, q, k->G, k->dim, r, nr, s, cols);
         kc.ops->decode(&kc, kb, 0, k->n, dec, k->dim);
         for (int h = 0; h < k->G; h++) {
             int col = 0;

@@ -174,7 +174,7 @@ static void test_codec_round_trip(void **state) {
             float q[2 * 130], s[2 * 100], s2[2 * 100];
             fill(q, (size_t)2 * d, 0, 0);
             kvc_range r[2] = {{3, 10}, {50, 51}};
-            ops->qk(&c, blob, q, 2, d, r, 2, s, 100);
+            kvc_codec_qk_ranges(&c, blob, q, 2, d, r, 2, s, 100);
             kvc_dense_k.qk[t]((const char *)kvc_dense_rows(blob) + (size_t)3 * d * (t ? 2 : 4), 7, d, q, 2, d, s2, 100);
             kvc_dense_k.qk[t]((const char *)kvc_dense_rows(blob) + (size_t)50 * d * (t ? 2 : 4), 1, d, q, 2, d, s2 + 7, 100);
             for (int g = 0; g < 2; g++) assert_memory_equal(s + g * 100, s2 + g * 100, 8 * 4);

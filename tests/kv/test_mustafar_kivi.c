@@ -87,11 +87,11 @@ static void codec_case(int is_k, int d, int n, int keep, int bits, int group) {
     kvc_range r[2] = {{1, n / 2}, {n / 2 + 1, n}};
     int m = (n / 2 - 1) + (n - n / 2 - 1);
     assert_true(m <= 64);
-    c.ops->qk(&c, blob, q, G, d, r, 2, s, 64);
+    kvc_codec_qk_ranges(&c, blob, q, G, d, r, 2, s, 64);
     for (int i = 0; i < G * 64; i++) p[i] = frand() + 1.0f;
     memset(o, 0, sizeof o);
     memset(oref, 0, sizeof oref);
-    c.ops->pv(&c, blob, p, G, 64, r, 2, o, d);
+    kvc_codec_pv_ranges(&c, blob, p, G, 64, r, 2, o, d);
     int jj = 0;
     for (int ri = 0; ri < 2; ri++)
         for (int t = r[ri].begin; t < r[ri].end; t++, jj++)

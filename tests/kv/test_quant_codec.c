@@ -112,8 +112,8 @@ static void check_codec(int bits, int group, int dim, int n) {
         for (int i = 0; i < G * ldq; i++) q[i] = gauss();
         for (int i = 0; i < G * lds; i++) s[i] = 12345.0f, p[i] = (float)(rnd() % 1000) / 1000.0f;
         for (int i = 0; i < G * ldo; i++) o[i] = 0.5f;
-        kc.ops->qk(&kc, kb, q, G, ldq, rg, nr, s, lds);
-        vc.ops->pv(&vc, vb, p, G, lds, rg, nr, o, ldo);
+        kvc_codec_qk_ranges(&kc, kb, q, G, ldq, rg, nr, s, lds);
+        kvc_codec_pv_ranges(&vc, vb, p, G, lds, rg, nr, o, ldo);
         for (int g = 0; g < G; g++) {
             int j = 0;
             double *acc = calloc((size_t)dim, sizeof(double)), *mag = calloc((size_t)dim, sizeof(double));

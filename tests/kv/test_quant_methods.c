@@ -8,7 +8,13 @@
  * with clear messages.
  *
  * Tolerances: vs the reference over decoded K/V, |d| <= 2e-5 * (1 + |ref|)
- * (f32 accumulation, as in test_cache.c). vs exact f32 attention, the mean
+ * (f32 accumulation, as in test_cache.c) for the float kernels (quant_k /
+ * quant_v: 3 bits, groups not a multiple of 16). The integer kernels (iq_k /
+ * iq_v, 1/2/4 bits) round the query to int8 and the weights to u8 per tile;
+ * their exact error bound is tested kernel by kernel in test_iquant.c, so
+ * here, where the driver (tiles, splits, windows) is under test, the whole
+ * output's relative L1 error must stay below 0.05 (1.1-1.6% seen on these
+ * peaked, outlier-channel keys; a wrong tile or a lost token gives O(1)). vs exact f32 attention, the mean
  * relative error must fall with bits (2 > 3 > 4 bit) — a property, not a
  * fitted threshold. */
 #include <math.h>
@@ -45,7 +51,15 @@ static kvc_cache *make(const char *spec, int max_tokens, kvc_pool *pool) {
     return c;
 }
 
+static const double FLOAT_TOL = 2e-5, INT_TOL = 0.05;
+
 static void expect_close(const float *a, const float *ref, int n, double tol, const char *what) {
+    if (tol == INT_TOL) { /* relative error of the whole output */
+        double e = 0, m = 0;
+        for (int i = 0; i < n; i++) e += fabs((double)a[i] - ref[i]), m += fabs(ref[i]);
+        if (!(e <= tol * m)) fail_msg("%s: mean error %g of mean magnitude %g", what, e / n, m / n);
+        return;
+    }
     for (int i = 0; i < n; i++) {
         double e = fabs((double)a[i] - ref[i]) / (1.0 + fabs(ref[i]));
         if (!(e <= tol)) fail_msg("%s: element %d: %g vs %g", what, i, a[i], ref[i]);
@@ -54,7 +68,7 @@ static void expect_close(const float *a, const float *ref, int n, double tol, co
 
 /* Fills `layer` with n synthetic tokens via prefill chunks + decode appends,
  * and checks decode attention against the reference over what is stored. */
-static void check_matches_reference(const char *spec, int n_prefill, int n_decode) {
+static void check_matches_reference(const char *spec, int n_prefill, int n_decode, double tol) {
     kvc_pool *pool = NULL;
     assert_int_equal(kvc_pool_create(2, &pool), KVC_OK);
     kvc_cache *c = make(spec, n_prefill + n_decode + 8, pool);
@@ -74,7 +88,7 @@ static void check_matches_reference(const char *spec, int n_prefill, int n_decod
                         assert_int_equal(kvc_attend_reference(kvc_cache_stream(c, layer, h), q + h * G * D, G,
                                                               ref + h * G * D),
                                          KVC_OK);
-                    expect_close(o, ref, NH * D, 2e-5, spec);
+                    expect_close(o, ref, NH * D, tol, spec);
                 }
             }
         }
@@ -87,10 +101,11 @@ static void check_matches_reference(const char *spec, int n_prefill, int n_decod
 
 static void test_kivi_matches_reference(void **state) {
     (void)state;
-    check_matches_reference("kivi:bits=2", 700, 150);
-    check_matches_reference("kivi:bits=3,group=32,window=16", 333, 100);
-    check_matches_reference("kivi:bits=4,group=64,window=0", 500, 70);
-    check_matches_reference("kivi:bits=1,group=16", 100, 40);
+    check_matches_reference("kivi:bits=2", 700, 150, INT_TOL);
+    check_matches_reference("kivi:bits=3,group=32,window=16", 333, 100, FLOAT_TOL);
+    check_matches_reference("kivi:bits=4,group=64,window=0", 500, 70, INT_TOL);
+    check_matches_reference("kivi:bits=4,group=24,window=0", 500, 70, FLOAT_TOL);
+    check_matches_reference("kivi:bits=1,group=16", 100, 40, INT_TOL);
 }
 
 static char profile_path[64];
@@ -110,9 +125,9 @@ static void test_kvmix_matches_reference(void **state) {
     write_profile(NL, 3, 4, 0.2f);
     char spec[160];
     snprintf(spec, sizeof spec, "kvmix:profile=%s", profile_path);
-    check_matches_reference(spec, 600, 200);
+    check_matches_reference(spec, 600, 200, INT_TOL); /* 3-bit layers float, 4-bit integer */
     snprintf(spec, sizeof spec, "kvmix:profile=%s,rpc=step,group=16", profile_path);
-    check_matches_reference(spec, 300, 100);
+    check_matches_reference(spec, 300, 100, INT_TOL);
     unlink(profile_path);
 }
 

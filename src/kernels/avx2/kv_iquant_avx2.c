@@ -53,8 +53,8 @@ static inline uint64_t pack_u8(__m256i v) {
 
 /* ---- qk ------------------------------------------------------------------------ */
 
-static float query_i8(const float *q, const kvc_f16 *scales, const kvc_f16 *mins, int dim, int8_t *qi,
-                      float *cterm) {
+static float query_i15(const float *q, const kvc_f16 *scales, const kvc_f16 *mins, int dim, int width,
+                       int8_t *hi, int8_t *lo, float *cterm) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 amax = _mm256_setzero_ps(), ct = _mm256_setzero_ps();
     for (int c = 0; c < dim; c += 8) {
@@ -64,21 +64,29 @@ static float query_i8(const float *q, const kvc_f16 *scales, const kvc_f16 *mins
     }
     *cterm = hsum(ct);
     float a = hmax(amax);
-    memset(qi + dim, 0, QMAX - (size_t)dim);
+    memset(hi + dim, 0, (size_t)(width - dim));
+    memset(lo + dim, 0, (size_t)(width - dim));
     if (!(a > 0.0f) || !isfinite(a)) {
-        memset(qi, 0, (size_t)dim);
+        memset(hi, 0, (size_t)dim);
+        memset(lo, 0, (size_t)dim);
         return 0.0f;
     }
-    __m256 inv = _mm256_set1_ps(127.0f / a);
+    __m256 inv = _mm256_set1_ps((float)KVC_IQ_QMAX / a);
+    const __m256i qmax = _mm256_set1_epi32(KVC_IQ_QMAX), half = _mm256_set1_epi32(64);
     for (int c = 0; c < dim; c += 8) {
         __m256 x = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c), load_f16x8(scales + c)), inv);
-        uint64_t b = pack_s8(_mm256_cvtps_epi32(x));
-        memcpy(qi + c, &b, 8);
+        __m256i v = _mm256_cvtps_epi32(x);
+        v = _mm256_max_epi32(_mm256_min_epi32(v, qmax), _mm256_sub_epi32(_mm256_setzero_si256(), qmax));
+        __m256i h = _mm256_srai_epi32(_mm256_add_epi32(v, half), 7);
+        __m256i l = _mm256_sub_epi32(v, _mm256_slli_epi32(h, 7));
+        uint64_t bh = pack_s8(h), bl = pack_s8(l);
+        memcpy(hi + c, &bh, 8);
+        memcpy(lo + c, &bl, 8);
     }
-    return a / 127.0f;
+    return a / (float)KVC_IQ_QMAX;
 }
 
-static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4],
+static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                            const float *alpha, const float *cterm,
                                                            int j0, int j1, float *s, int lds,
                                                            const int BITS, const int NH) {
@@ -86,46 +94,52 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
     const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1);
     for (int first = j0 - j0 % 8; first < j1; first += 8) {
         int b = first / KVC_IQ_KBLOCK, half = (first % KVC_IQ_KBLOCK) / 8;
-        __m256i acc[4];
+        __m256i ah[4], al[4];
         #pragma GCC unroll 4
-        for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
+        for (int h = 0; h < NH; h++) ah[h] = al[h] = _mm256_setzero_si256();
         const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK + half * 8;
         for (int w = 0; w < kw; w++) {
             _mm_prefetch((const char *)(cw + w * 16) + PF, _MM_HINT_T0);
             __m256i x = _mm256_loadu_si256((const __m256i *)(cw + w * 16));
-            __m256i s16[4];
+            __m256i sh[4], sl[4];
             #pragma GCC unroll 4
-            for (int h = 0; h < NH; h++) s16[h] = _mm256_setzero_si256();
+            for (int h = 0; h < NH; h++) sh[h] = sl[h] = _mm256_setzero_si256();
             #pragma GCC unroll 8
             for (int k = 0; k < nk; k++) {
                 __m256i c = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
                 #pragma GCC unroll 4
-                for (int h = 0; h < NH; h++)
-                    s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(c, _mm256_set1_epi32(qw[h][w * nk + k])));
+                for (int h = 0; h < NH; h++) {
+                    sh[h] = _mm256_add_epi16(sh[h], _mm256_maddubs_epi16(c, _mm256_set1_epi32(qh[h][w * nk + k])));
+                    sl[h] = _mm256_add_epi16(sl[h], _mm256_maddubs_epi16(c, _mm256_set1_epi32(ql[h][w * nk + k])));
+                }
             }
             #pragma GCC unroll 4
-            for (int h = 0; h < NH; h++) acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(s16[h], ones));
+            for (int h = 0; h < NH; h++) {
+                ah[h] = _mm256_add_epi32(ah[h], _mm256_madd_epi16(sh[h], ones));
+                al[h] = _mm256_add_epi32(al[h], _mm256_madd_epi16(sl[h], ones));
+            }
         }
         int a, e;
         lanes8(first, j0, j1, &a, &e);
         __m256i m = lane_mask(a, e);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
-            __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_set1_ps(alpha[h]),
+            __m256i dot = _mm256_add_epi32(_mm256_slli_epi32(ah[h], 7), al[h]);
+            __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(alpha[h]),
                                        _mm256_set1_ps(cterm[h]));
             _mm256_maskstore_ps(s + (size_t)h * lds + first - j0, m, f);
         }
     }
 }
 
-static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4], const float *alpha,
+static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4], const float *alpha,
                      const float *cterm, int j0, int j1, float *s, int lds, int nh) {
 #define QK_NH(BITS)                                                                   \
     switch (nh) {                                                                     \
-    case 1: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 1); break;            \
-    case 2: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 2); break;            \
-    case 3: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 3); break;            \
-    default: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 4); break;           \
+    case 1: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 1); break;            \
+    case 2: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 2); break;            \
+    case 3: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 3); break;            \
+    default: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 4); break;           \
     }
     switch (t->bits) {
     case 1: QK_NH(1); break;
@@ -137,13 +151,16 @@ static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4], const
 
 static void qk_avx2(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
                     int lds) {
-    int32_t qw[4][QMAX / 4];
+    int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
     float alpha[4], cterm[4];
+    int width = kvc_iq_kwords(t->bits, t->dim) * kvc_iq_cpw(t->bits); /* query bytes the words read */
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4;
         for (int h = 0; h < nh; h++)
-            alpha[h] = query_i8(q + (size_t)(h0 + h) * ldq, t->scales, t->mins, t->dim, (int8_t *)qw[h], &cterm[h]);
-        qk_heads(t, (const int32_t(*)[QMAX / 4])qw, alpha, cterm, j0, j1, s + (size_t)h0 * lds, lds, nh);
+            alpha[h] = query_i15(q + (size_t)(h0 + h) * ldq, t->scales, t->mins, t->dim, width, (int8_t *)qh[h],
+                                 (int8_t *)ql[h], &cterm[h]);
+        qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm, j0, j1,
+                 s + (size_t)h0 * lds, lds, nh);
     }
 }
 

@@ -1,9 +1,10 @@
 /* AVX-512 VNNI kernels of the integer quant codecs (iquant.h).
  *
- * qk: per tile, the query of each head becomes int8 (q_c s_c / alpha) and the
- * constant sum_c q_c m_c; then per block of 16 tokens, one load per key word
- * (16 tokens x cpw channels), `8/bits` shift-and-mask steps that leave four
- * channels of one token in each 32-bit lane, and one vpdpbusd per step and
+ * qk: per tile, the query of each head becomes a 15-bit integer (q_c s_c /
+ * alpha) in two int8 halves, and the constant sum_c q_c m_c; then per two
+ * blocks of 16 tokens, one load per key word (16 tokens x cpw channels),
+ * `8/bits` shift-and-mask steps that leave four channels of one token in each
+ * 32-bit lane, and two vpdpbusd (high and low query half) per step, block and
  * head against the four query bytes broadcast: the 16 lanes are the 16
  * tokens' scores, no horizontal sums. Up to 4 heads share one pass.
  *
@@ -35,10 +36,10 @@ static inline __mmask16 lanes(int first, int lo, int hi) {
 
 /* ---- qk ------------------------------------------------------------------------ */
 
-/* int8 query of one head into qi (zero padded to QMAX); the same values as
- * kvc_iq_query_ref. Also returns the constant term in *cterm. */
-static float query_i8(const float *q, const __m512 *sc, const __m512 *mn, int dim, int width,
-                      int8_t *qi, float *cterm) {
+/* The query of one head in two int8 halves (zero padded to width); the same
+ * values as kvc_iq_query_ref. Also returns the constant term in *cterm. */
+static float query_i15(const float *q, const __m512 *sc, const __m512 *mn, int dim, int width,
+                       int8_t *hi, int8_t *lo, float *cterm) {
     __m512 amax = _mm512_setzero_ps(), ct = _mm512_setzero_ps();
     for (int i = 0; i < dim / 16; i++) {
         __m512 x = _mm512_loadu_ps(q + 16 * i);
@@ -47,31 +48,39 @@ static float query_i8(const float *q, const __m512 *sc, const __m512 *mn, int di
     }
     *cterm = _mm512_reduce_add_ps(ct);
     float a = _mm512_reduce_max_ps(amax);
-    memset(qi + dim, 0, (size_t)(width - dim));
+    memset(hi + dim, 0, (size_t)(width - dim));
+    memset(lo + dim, 0, (size_t)(width - dim));
     if (!(a > 0.0f) || !isfinite(a)) {
-        memset(qi, 0, (size_t)dim);
+        memset(hi, 0, (size_t)dim);
+        memset(lo, 0, (size_t)dim);
         return 0.0f;
     }
-    __m512 inv = _mm512_set1_ps(127.0f / a);
+    __m512 inv = _mm512_set1_ps((float)KVC_IQ_QMAX / a);
+    const __m512i qmax = _mm512_set1_epi32(KVC_IQ_QMAX), half = _mm512_set1_epi32(64);
     for (int i = 0; i < dim / 16; i++) {
         __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * i), sc[i]), inv);
-        _mm_storeu_si128((__m128i *)(qi + 16 * i), _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(x)));
+        __m512i v = _mm512_cvtps_epi32(x);
+        v = _mm512_max_epi32(_mm512_min_epi32(v, qmax), _mm512_sub_epi32(_mm512_setzero_si512(), qmax));
+        __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, half), 7);
+        __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 7));
+        _mm_storeu_si128((__m128i *)(hi + 16 * i), _mm512_cvtepi32_epi8(h));
+        _mm_storeu_si128((__m128i *)(lo + 16 * i), _mm512_cvtepi32_epi8(l));
     }
-    return a / 127.0f;
+    return a / (float)KVC_IQ_QMAX;
 }
 
 /* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves NB blocks. */
-static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4],
+static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                             const float *alpha, const float *cterm,
                                                             int b, int j0, int j1, float *s, int lds,
                                                             const int BITS, const int NH, const int NB) {
     const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim);
     const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
-    __m512i acc[2][4];
+    __m512i ah[2][4], al[2][4];
     #pragma GCC unroll 2
     for (int i = 0; i < NB; i++)
         #pragma GCC unroll 4
-        for (int h = 0; h < NH; h++) acc[i][h] = _mm512_setzero_si512();
+        for (int h = 0; h < NH; h++) ah[i][h] = al[i][h] = _mm512_setzero_si512();
     const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK;
     for (int w = 0; w < kw; w++) {
         __m512i x[2];
@@ -88,9 +97,12 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
             for (int i = 0; i < NB; i++) c[i] = _mm512_and_si512(_mm512_srli_epi32(x[i], BITS * k), mask);
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
-                __m512i qb = _mm512_set1_epi32(qw[h][w * nk + k]);
+                __m512i bh = _mm512_set1_epi32(qh[h][w * nk + k]), bl = _mm512_set1_epi32(ql[h][w * nk + k]);
                 #pragma GCC unroll 2
-                for (int i = 0; i < NB; i++) acc[i][h] = _mm512_dpbusd_epi32(acc[i][h], c[i], qb);
+                for (int i = 0; i < NB; i++) {
+                    ah[i][h] = _mm512_dpbusd_epi32(ah[i][h], c[i], bh);
+                    al[i][h] = _mm512_dpbusd_epi32(al[i][h], c[i], bl);
+                }
             }
         }
     }
@@ -100,7 +112,8 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
         __mmask16 m = lanes(first, j0, j1);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
-            __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][h]), _mm512_set1_ps(alpha[h]),
+            __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(ah[i][h], 7), al[i][h]);
+            __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[h]),
                                        _mm512_set1_ps(cterm[h]));
             /* lane l is token first + l, column first + l - j0 of s */
             _mm512_mask_storeu_ps(s + (size_t)h * lds + first - j0, m, f);
@@ -108,23 +121,23 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
     }
 }
 
-static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4],
+static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                            const float *alpha, const float *cterm,
                                                            int j0, int j1, float *s, int lds,
                                                            const int BITS, const int NH) {
     int b = j0 / KVC_IQ_KBLOCK, e = (j1 + KVC_IQ_KBLOCK - 1) / KVC_IQ_KBLOCK;
-    for (; b + 2 <= e; b += 2) qk_blocks(t, qw, alpha, cterm, b, j0, j1, s, lds, BITS, NH, 2);
-    if (b < e) qk_blocks(t, qw, alpha, cterm, b, j0, j1, s, lds, BITS, NH, 1);
+    for (; b + 2 <= e; b += 2) qk_blocks(t, qh, ql, alpha, cterm, b, j0, j1, s, lds, BITS, NH, 2);
+    if (b < e) qk_blocks(t, qh, ql, alpha, cterm, b, j0, j1, s, lds, BITS, NH, 1);
 }
 
-static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qw)[QMAX / 4], const float *alpha,
+static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4], const float *alpha,
                      const float *cterm, int j0, int j1, float *s, int lds, int nh) {
 #define QK_NH(BITS)                                                                   \
     switch (nh) {                                                                     \
-    case 1: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 1); break;            \
-    case 2: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 2); break;            \
-    case 3: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 3); break;            \
-    default: qk_block(t, qw, alpha, cterm, j0, j1, s, lds, BITS, 4); break;           \
+    case 1: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 1); break;            \
+    case 2: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 2); break;            \
+    case 3: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 3); break;            \
+    default: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 4); break;           \
     }
     switch (t->bits) {
     case 1: QK_NH(1); break;
@@ -141,14 +154,16 @@ static void qk_avx512(const kvc_iq_ktile *t, const float *q, int ldq, int G, int
         sc[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * i)));
         mn[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * i)));
     }
-    int32_t qw[4][QMAX / 4];
+    int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
     float alpha[4], cterm[4];
     int width = kvc_iq_kwords(t->bits, t->dim) * kvc_iq_cpw(t->bits); /* query bytes the words read */
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4;
         for (int h = 0; h < nh; h++)
-            alpha[h] = query_i8(q + (size_t)(h0 + h) * ldq, sc, mn, t->dim, width, (int8_t *)qw[h], &cterm[h]);
-        qk_heads(t, (const int32_t(*)[QMAX / 4])qw, alpha, cterm, j0, j1, s + (size_t)h0 * lds, lds, nh);
+            alpha[h] = query_i15(q + (size_t)(h0 + h) * ldq, sc, mn, t->dim, width, (int8_t *)qh[h],
+                                 (int8_t *)ql[h], &cterm[h]);
+        qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm, j0, j1,
+                 s + (size_t)h0 * lds, lds, nh);
     }
 }
 

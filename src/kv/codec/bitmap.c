@@ -162,30 +162,20 @@ kvc_bitmap_view kvc_bitmap_blob_view(const void *blob, int begin) {
     return v;
 }
 
-static void bm_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
-                  const kvc_range *r, int nr, float *s, int lds) {
+static void bm_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+                  int end, float *s, int lds) {
     (void)c;
-    const kvc_bitmap_kernels *kk = kvc_bitmap_kernels_get();
-    for (int j = 0; j < nr; j++) {
-        int n = r[j].end - r[j].begin;
-        if (n <= 0) continue;
-        kvc_bitmap_view v = kvc_bitmap_blob_view(blob, r[j].begin);
-        kk->qk(&v, n, q, G, ldq, s, lds);
-        s += n;
-    }
+    if (end <= begin) return;
+    kvc_bitmap_view v = kvc_bitmap_blob_view(blob, begin);
+    kvc_bitmap_kernels_get()->qk(&v, end - begin, q, G, ldq, s, lds);
 }
 
-static void bm_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
-                  const kvc_range *r, int nr, float *o, int ldo) {
+static void bm_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+                  int end, float *o, int ldo) {
     (void)c;
-    const kvc_bitmap_kernels *kk = kvc_bitmap_kernels_get();
-    for (int j = 0; j < nr; j++) {
-        int n = r[j].end - r[j].begin;
-        if (n <= 0) continue;
-        kvc_bitmap_view v = kvc_bitmap_blob_view(blob, r[j].begin);
-        kk->pv(&v, n, p, G, ldp, o, ldo);
-        p += n;
-    }
+    if (end <= begin) return;
+    kvc_bitmap_view v = kvc_bitmap_blob_view(blob, begin);
+    kvc_bitmap_kernels_get()->pv(&v, end - begin, p, G, ldp, o, ldo);
 }
 
 static void bm_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {

@@ -178,40 +178,36 @@ static int token_values(const bq_blob *b, int is_k, int i, int *ch, float *val) 
     return w;
 }
 
-static void bq_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
-                  const kvc_range *r, int nr, float *s, int lds) {
+static void bq_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+                  int end, float *s, int lds) {
     const bq_blob *b = blob;
     int is_k = c->ops == &kvc_codec_bitmap_quant_k, ch[KVC_BITMAP_MAX_D];
     float val[KVC_BITMAP_MAX_D];
-    int j = 0;
-    for (int ri = 0; ri < nr; ri++)
-        for (int i = r[ri].begin; i < r[ri].end; i++, j++) {
-            int w = token_values(b, is_k, i, ch, val);
-            for (int g = 0; g < G; g++) {
-                const float *qg = q + (size_t)g * ldq;
-                float acc = 0.0f;
-                for (int e = 0; e < w; e++) acc += qg[ch[e]] * val[e];
-                s[(size_t)g * lds + j] = acc;
-            }
+    for (int i = begin, j = 0; i < end; i++, j++) {
+        int w = token_values(b, is_k, i, ch, val);
+        for (int g = 0; g < G; g++) {
+            const float *qg = q + (size_t)g * ldq;
+            float acc = 0.0f;
+            for (int e = 0; e < w; e++) acc += qg[ch[e]] * val[e];
+            s[(size_t)g * lds + j] = acc;
         }
+    }
 }
 
-static void bq_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
-                  const kvc_range *r, int nr, float *o, int ldo) {
+static void bq_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+                  int end, float *o, int ldo) {
     const bq_blob *b = blob;
     int is_k = c->ops == &kvc_codec_bitmap_quant_k, ch[KVC_BITMAP_MAX_D];
     float val[KVC_BITMAP_MAX_D];
-    int j = 0;
-    for (int ri = 0; ri < nr; ri++)
-        for (int i = r[ri].begin; i < r[ri].end; i++, j++) {
-            int w = token_values(b, is_k, i, ch, val);
-            for (int g = 0; g < G; g++) {
-                float pg = p[(size_t)g * ldp + j];
-                if (pg == 0.0f) continue;
-                float *og = o + (size_t)g * ldo;
-                for (int e = 0; e < w; e++) og[ch[e]] += pg * val[e];
-            }
+    for (int i = begin, j = 0; i < end; i++, j++) {
+        int w = token_values(b, is_k, i, ch, val);
+        for (int g = 0; g < G; g++) {
+            float pg = p[(size_t)g * ldp + j];
+            if (pg == 0.0f) continue;
+            float *og = o + (size_t)g * ldo;
+            for (int e = 0; e < w; e++) og[ch[e]] += pg * val[e];
         }
+    }
 }
 
 static void bq_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {

@@ -62,29 +62,26 @@ static int cp_count(const kvc_codec *c, const void *blob) {
     return ((const cp_blob *)blob)->n;
 }
 
-/* Calls fn over the pieces of ranges r split at group boundaries: piece
- * [t0, t1) of group gi, written at output offset off. */
-#define FOR_PIECES(b, r, nr, BODY)                                                                 \
+/* Runs BODY over the pieces of tokens [begin, end) split at group
+ * boundaries: piece [t0, t1) of group gi, at output offset off. */
+#define FOR_PIECES(b, begin, end, BODY)                                                            \
     do {                                                                                           \
-        int off_ = 0;                                                                              \
-        for (int j_ = 0; j_ < (nr); j_++)                                                          \
-            for (int t0 = (r)[j_].begin; t0 < (r)[j_].end;) {                                      \
-                int gi = t0 / (b)->group, gend = (gi + 1) * (b)->group;                            \
-                int t1 = (r)[j_].end < gend ? (r)[j_].end : gend, off = off_;                      \
-                BODY;                                                                              \
-                off_ += t1 - t0;                                                                   \
-                t0 = t1;                                                                           \
-            }                                                                                      \
+        for (int t0 = (begin); t0 < (end);) {                                                      \
+            int gi = t0 / (b)->group, gend = (gi + 1) * (b)->group;                                \
+            int t1 = (end) < gend ? (end) : gend, off = t0 - (begin);                              \
+            BODY;                                                                                  \
+            t0 = t1;                                                                               \
+        }                                                                                          \
     } while (0)
 
-static void cp_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
-                  const kvc_range *r, int nr, float *s, int lds) {
+static void cp_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+                  int end, float *s, int lds) {
     (void)c;
     const cp_blob *b = blob;
     float qs[16 * KVC_PRUNE_MAX_D];
     for (int g0 = 0; g0 < G; g0 += 16) {
         int gb = G - g0 < 16 ? G - g0 : 16, cur = -1;
-        FOR_PIECES(b, r, nr, {
+        FOR_PIECES(b, begin, end, {
             const int16_t *ch = b->ch + (size_t)gi * b->keep;
             if (gi != cur) { /* gather the query's kept channels once per group */
                 for (int g = 0; g < gb; g++)
@@ -97,14 +94,14 @@ static void cp_qk(const kvc_codec *c, const void *blob, const float *q, int G, i
     }
 }
 
-static void cp_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
-                  const kvc_range *r, int nr, float *o, int ldo) {
+static void cp_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+                  int end, float *o, int ldo) {
     (void)c;
     const cp_blob *b = blob;
     float os[16 * KVC_PRUNE_MAX_D];
     for (int g0 = 0; g0 < G; g0 += 16) {
         int gb = G - g0 < 16 ? G - g0 : 16;
-        FOR_PIECES(b, r, nr, {
+        FOR_PIECES(b, begin, end, {
             const int16_t *ch = b->ch + (size_t)gi * b->keep;
             memset(os, 0, (size_t)gb * b->keep * sizeof(float));
             kvc_dense_k.pv[KVC_DENSE_F16](b->rows + (size_t)t0 * b->keep, t1 - t0, b->keep,

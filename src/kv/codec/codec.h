@@ -47,17 +47,18 @@ typedef struct kvc_codec_ops {
     /* Number of vectors in the blob. */
     int (*count)(const kvc_codec *c, const void *blob);
 
-    /* Scores of G queries against the keys of the ranges r[0..nr), in range order:
-     *   s[g*lds + j] = q[g*ldq + :] . key(j-th selected token)
-     * q rows have c->dim floats. Writes exactly sum(r.end - r.begin) per row. */
-    void (*qk)(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
-               const kvc_range *r, int nr, float *s, int lds);
+    /* Scores of G queries against the keys of tokens [begin, end):
+     *   s[g*lds + j - begin] = q[g*ldq + :] . key(j)
+     * q rows have c->dim floats. Writes exactly end - begin per row. Lists of
+     * ranges are the driver's loop (kvc_codec_qk_ranges), not the codec's. */
+    void (*qk)(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+               int end, float *s, int lds);
 
     /* Accumulates values weighted by probabilities, same token order as qk:
-     *   o[g*ldo + :] += sum_j p[g*ldp + j] * value(j-th selected token)
+     *   o[g*ldo + :] += sum_j p[g*ldp + j - begin] * value(j)   (begin <= j < end)
      * o rows have c->dim floats. p may contain zeros (masked tokens). */
-    void (*pv)(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
-               const kvc_range *r, int nr, float *o, int ldo);
+    void (*pv)(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+               int end, float *o, int ldo);
 
     /* Dense reconstruction of tokens [begin, end) into x [end-begin][ld]
      * (reference, tests, chunked prefill, re-encoding). */
@@ -81,6 +82,13 @@ struct kvc_codec {
     int dim;          /* floats per vector */
     const void *cfg;
 };
+
+/* qk / pv over the ranges r[0..nr) in range order, scores (probabilities)
+ * packed one range after the other: the one loop over token ranges. */
+void kvc_codec_qk_ranges(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
+                         const kvc_range *r, int nr, float *s, int lds);
+void kvc_codec_pv_ranges(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
+                         const kvc_range *r, int nr, float *o, int ldo);
 
 /* Looks up a registered codec table by name ("f32", "f16", "bf16", ...);
  * NULL when unknown. Tables register in codec_registry.c. */

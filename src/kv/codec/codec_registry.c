@@ -1,6 +1,8 @@
-/* The codec registry (docs/design.md §4 "Codec"): name → operations table, and
- * the one-time kernel dispatch of every codec for the active ISA. Adding a
- * codec = one row in `codecs` and, if it has SIMD kernels, one init call. */
+/* The codec registry (docs/design.md §4 "Codec"): name → operations table, the
+ * one-time kernel dispatch of every codec for the active ISA, and the one loop
+ * over lists of token ranges (codecs' qk / pv take one range). Adding a codec
+ * = one row in `codecs` and, if it has SIMD kernels, one registration call per
+ * ISA in init_all. */
 #include "kv/codec/codec.h"
 
 #include <pthread.h>
@@ -43,3 +45,15 @@ static void init_all(void) {
 }
 
 void kvc_codecs_init(void) { pthread_once(&init_once, init_all); }
+
+void kvc_codec_qk_ranges(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
+                         const kvc_range *r, int nr, float *s, int lds) {
+    for (int i = 0; i < nr; s += r[i].end - r[i].begin, i++)
+        if (r[i].end > r[i].begin) c->ops->qk(c, blob, q, G, ldq, r[i].begin, r[i].end, s, lds);
+}
+
+void kvc_codec_pv_ranges(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
+                         const kvc_range *r, int nr, float *o, int ldo) {
+    for (int i = 0; i < nr; p += r[i].end - r[i].begin, i++)
+        if (r[i].end > r[i].begin) c->ops->pv(c, blob, p, G, ldp, r[i].begin, r[i].end, o, ldo);
+}

@@ -211,32 +211,20 @@ static int dense_count(const kvc_codec *c, const void *blob) {
     return ((const dense_blob *)blob)->n;
 }
 
-static void dense_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
-                     const kvc_range *r, int nr, float *s, int lds) {
+static void dense_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+                     int end, float *s, int lds) {
     const dense_blob *b = blob;
     kvc_dense_type t = type_of(c);
     size_t row = (size_t)c->dim * elem_size(t);
-    kvc_qk_dense_fn fn = kvc_dense_k.qk[t];
-    int off = 0;
-    for (int i = 0; i < nr; i++) {
-        int len = r[i].end - r[i].begin;
-        fn((const char *)b->rows + (size_t)r[i].begin * row, len, c->dim, q, G, ldq, s + off, lds);
-        off += len;
-    }
+    kvc_dense_k.qk[t]((const char *)b->rows + (size_t)begin * row, end - begin, c->dim, q, G, ldq, s, lds);
 }
 
-static void dense_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
-                     const kvc_range *r, int nr, float *o, int ldo) {
+static void dense_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+                     int end, float *o, int ldo) {
     const dense_blob *b = blob;
     kvc_dense_type t = type_of(c);
     size_t row = (size_t)c->dim * elem_size(t);
-    kvc_pv_dense_fn fn = kvc_dense_k.pv[t];
-    int off = 0;
-    for (int i = 0; i < nr; i++) {
-        int len = r[i].end - r[i].begin;
-        fn((const char *)b->rows + (size_t)r[i].begin * row, len, c->dim, p + off, G, ldp, o, ldo);
-        off += len;
-    }
+    kvc_dense_k.pv[t]((const char *)b->rows + (size_t)begin * row, end - begin, c->dim, p, G, ldp, o, ldo);
 }
 
 static void dense_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x,

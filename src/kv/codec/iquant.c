@@ -26,6 +26,7 @@ static const kvc_quant_cfg *cfg_of(const kvc_codec *c) { return (const kvc_quant
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 int kvc_iq_supports(const kvc_quant_cfg *cfg, int dim) {
+    if (getenv("KVC_NO_IQ")) return 0;
     return cfg && (cfg->bits == 1 || cfg->bits == 2 || cfg->bits == 4) && cfg->group % 16 == 0 &&
            cfg->group > 0 && cfg->group <= KVC_QUANT_MAX_N && dim > 0 && dim % 16 == 0 &&
            dim <= MAX_DIM;
@@ -114,19 +115,16 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
     return KVC_OK;
 }
 
-static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
-                 const kvc_range *r, int nr, float *s, int lds) {
+static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+                 int end, float *s, int lds) {
     const iqblob *b = blob;
-    int col = 0;
-    for (int i = 0; i < nr; i++)
-        for (int t0 = r[i].begin; t0 < r[i].end;) {
-            int tile = t0 / b->group, tb = tile * b->group;
-            kvc_iq_ktile v = k_tile(b, tile);
-            int te = r[i].end < tb + v.n ? r[i].end : tb + v.n;
-            kvc_iq_k.qk(&v, q, ldq, G, t0 - tb, te - tb, s + col, lds);
-            col += te - t0;
-            t0 = te;
-        }
+    for (int t0 = begin; t0 < end;) {
+        int tile = t0 / b->group, tb = tile * b->group;
+        kvc_iq_ktile v = k_tile(b, tile);
+        int te = end < tb + v.n ? end : tb + v.n;
+        kvc_iq_k.qk(&v, q, ldq, G, t0 - tb, te - tb, s + (t0 - begin), lds);
+        t0 = te;
+    }
 }
 
 static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
@@ -201,14 +199,10 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
     return KVC_OK;
 }
 
-static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
-                 const kvc_range *r, int nr, float *o, int ldo) {
+static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+                 int end, float *o, int ldo) {
     kvc_iq_vblob v = v_view(blob);
-    int col = 0;
-    for (int i = 0; i < nr; i++) {
-        if (r[i].end > r[i].begin) kvc_iq_k.pv(&v, p + col, ldp, G, r[i].begin, r[i].end, o, ldo);
-        col += r[i].end - r[i].begin;
-    }
+    if (end > begin) kvc_iq_k.pv(&v, p, ldp, G, begin, end, o, ldo);
 }
 
 static void decode_v(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
@@ -240,34 +234,43 @@ const kvc_codec_ops kvc_codec_iq_v = {
 
 /* ---- scalar reference kernels ----------------------------------------------------- */
 
-float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *qi) {
+float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo) {
     float amax = 0.0f;
     for (int c = 0; c < dim; c++) {
         float a = fabsf(q[c] * kvc_f16_to_f32(scales[c]));
         if (a > amax) amax = a;
     }
     size_t width = ((size_t)dim + 31) / 32 * 32; /* padded to the widest word (1 bit: 32 channels) */
-    memset(qi, 0, width);
+    memset(hi, 0, width);
+    memset(lo, 0, width);
     if (!(amax > 0.0f) || !isfinite(amax)) return 0.0f;
-    float inv = 127.0f / amax;
+    float inv = (float)KVC_IQ_QMAX / amax;
     for (int c = 0; c < dim; c++) {
         long v = lrintf(q[c] * kvc_f16_to_f32(scales[c]) * inv);
-        qi[c] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        v = v > KVC_IQ_QMAX ? KVC_IQ_QMAX : v < -KVC_IQ_QMAX ? -KVC_IQ_QMAX : v;
+        long h = (v + 64 + 128 * 128) / 128 - 128; /* floor((v + 64) / 128) */
+        hi[c] = (int8_t)h;
+        lo[c] = (int8_t)(v - 128 * h);
     }
-    return amax / 127.0f;
+    return amax / (float)KVC_IQ_QMAX;
 }
 
 static void qk_ref(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
                    int lds) {
-    int8_t qi[MAX_DIM + 64];
+    int8_t hi[MAX_DIM + 64], lo[MAX_DIM + 64];
     for (int h = 0; h < G; h++) {
         const float *qh = q + (size_t)h * ldq;
-        float alpha = kvc_iq_query_ref(qh, t->scales, t->dim, qi);
+        float alpha = kvc_iq_query_ref(qh, t->scales, t->dim, hi, lo);
         float cterm = 0.0f;
         for (int c = 0; c < t->dim; c++) cterm += qh[c] * kvc_f16_to_f32(t->mins[c]);
         for (int j = j0; j < j1; j++) {
-            int32_t dot = 0;
-            for (int c = 0; c < t->dim; c++) dot += qi[c] * kvc_iq_kcode(t, j, c);
+            int32_t dh = 0, dl = 0;
+            for (int c = 0; c < t->dim; c++) {
+                int code = kvc_iq_kcode(t, j, c);
+                dh += hi[c] * code;
+                dl += lo[c] * code;
+            }
+            int32_t dot = dh * 128 + dl;
             s[(size_t)h * lds + j - j0] = fmaf(alpha, (float)dot, cterm);
         }
     }

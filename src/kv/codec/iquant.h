@@ -6,8 +6,11 @@
  *
  * Keys, per channel c in tiles of `group` tokens (scale s_c, min m_c):
  *   q.k_t = sum_c q_c (s_c code_tc + m_c) = alpha * sum_c qi_c code_tc + sum_c q_c m_c
- * with qi = round(q_c s_c / alpha) an int8 query per tile and head, alpha =
- * max_c |q_c s_c| / 127. Code layout of a tile: blocks of 16 tokens; in a
+ * with qi = round(q_c s_c / alpha) a 15-bit integer query per tile and head,
+ * alpha = max_c |q_c s_c| / 16256, split in two int8 halves qi = 128 hi + lo
+ * (hi in [-127, 127], lo in [-64, 63]) that take one vpdpbusd each: an int8
+ * query alone (alpha = max/127) lost too much on the keys' outlier channels,
+ * whose scale is ~16x the others' (docs/benchmarks.md). Code layout of a tile: blocks of 16 tokens; in a
  * block, word w of token t (lane t of a 512-bit register) holds channels
  * [w*cpw, (w+1)*cpw) with cpw = 32/bits: byte b, bit field k (bits*k ..) is
  * channel w*cpw + 4k + b. So (word >> bits*k) & mask is four channels of one
@@ -23,9 +26,9 @@
  * is four tokens of one channel per lane, one vpdpbusd against the four
  * weights (u8) of those tokens.
  *
- * Precision: the int8 query and the 8-bit weights add a rounding of at most
- * 1/254 of the tile's largest term (measured against the float kernel with
- * `kvcomp eval kl`, docs/methods.md). bits 1, 2, 4; `group` a multiple of 16;
+ * Precision: the query rounding is at most 1/32512 of the tile's largest
+ * |q_c s_c| per channel, the weights' at most 1/510 of the block's largest
+ * p_t s_tg per token (KL against the float kernels in docs/benchmarks.md). bits 1, 2, 4; `group` a multiple of 16;
  * head dim a multiple of 16 up to 256 (other configurations use quant_k / quant_v). */
 #ifndef KVC_KV_CODEC_IQUANT_H
 #define KVC_KV_CODEC_IQUANT_H
@@ -93,11 +96,13 @@ extern const kvc_iq_kernels kvc_iq_ref;   /* scalar reference */
 void kvc_iq_register_avx2(kvc_iq_kernels *k);
 void kvc_iq_register_avx512(kvc_iq_kernels *k);
 
-/* The int8 query of one head for one tile: qi[c] = round(q_c s_c * 127 / amax)
- * for c < dim (0 beyond, up to kwords*cpw), returns alpha = amax / 127 (0 when
- * q.s is all zero). Shared definition for every ISA (the SIMD kernels compute
- * the same values: the same products, max and one rounding). */
-float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *qi);
+/* The integer query of one head for one tile: Q_c = round(q_c s_c * 16256 /
+ * amax), hi[c] = floor((Q_c + 64) / 128), lo[c] = Q_c - 128 hi[c] for c < dim
+ * (0 beyond, up to a multiple of 32); returns alpha = amax / 16256 (0 when q.s
+ * is all zero). The SIMD kernels compute the same values (the same products,
+ * max and one rounding). */
+enum { KVC_IQ_QMAX = 16256 }; /* 127 * 128 */
+float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo);
 
 /* Views of an iq_k blob's tile t and of an iq_v blob (kernels' tests). */
 kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t);

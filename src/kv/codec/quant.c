@@ -82,34 +82,30 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
 
 static int count_q(const kvc_codec *c, const void *blob) { return ((const qblob *)blob)->n; }
 
-static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, int ldq,
-                 const kvc_range *r, int nr, float *s, int lds) {
+static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+                 int end, float *s, int lds) {
     const qblob *b = blob;
     kvc_quant_wsum_fn wsum = kvc_quant_wsum();
     float tmp[HEAD_CHUNK * KVC_QUANT_MAX_N];
-    int col = 0;
-    for (int i = 0; i < nr; i++) {
-        for (int t0 = r[i].begin; t0 < r[i].end;) {
-            int tile = t0 / b->group, tb = tile * b->group;
-            kvc_qtile v = k_tile(b, tile);
-            int te = r[i].end < tb + v.n ? r[i].end : tb + v.n;
-            for (int h0 = 0; h0 < G; h0 += HEAD_CHUNK) {
-                int nh = G - h0 < HEAD_CHUNK ? G - h0 : HEAD_CHUNK;
-                if (t0 == tb && te == tb + v.n) { /* whole tile: straight into s */
-                    for (int h = 0; h < nh; h++)
-                        memset(s + (size_t)(h0 + h) * lds + col, 0, sizeof(float) * v.n);
-                    wsum(&v, q + (size_t)h0 * ldq, ldq, nh, s + (size_t)h0 * lds + col, lds);
-                } else {
-                    memset(tmp, 0, sizeof(float) * nh * KVC_QUANT_MAX_N);
-                    wsum(&v, q + (size_t)h0 * ldq, ldq, nh, tmp, KVC_QUANT_MAX_N);
-                    for (int h = 0; h < nh; h++)
-                        memcpy(s + (size_t)(h0 + h) * lds + col, tmp + h * KVC_QUANT_MAX_N + (t0 - tb),
-                               sizeof(float) * (te - t0));
-                }
+    for (int t0 = begin; t0 < end;) {
+        int tile = t0 / b->group, tb = tile * b->group;
+        kvc_qtile v = k_tile(b, tile);
+        int te = end < tb + v.n ? end : tb + v.n;
+        for (int h0 = 0; h0 < G; h0 += HEAD_CHUNK) {
+            int nh = G - h0 < HEAD_CHUNK ? G - h0 : HEAD_CHUNK;
+            if (t0 == tb && te == tb + v.n) { /* whole tile: straight into s */
+                for (int h = 0; h < nh; h++)
+                    memset(s + (size_t)(h0 + h) * lds + (t0 - begin), 0, sizeof(float) * v.n);
+                wsum(&v, q + (size_t)h0 * ldq, ldq, nh, s + (size_t)h0 * lds + (t0 - begin), lds);
+            } else {
+                memset(tmp, 0, sizeof(float) * nh * KVC_QUANT_MAX_N);
+                wsum(&v, q + (size_t)h0 * ldq, ldq, nh, tmp, KVC_QUANT_MAX_N);
+                for (int h = 0; h < nh; h++)
+                    memcpy(s + (size_t)(h0 + h) * lds + (t0 - begin), tmp + h * KVC_QUANT_MAX_N + (t0 - tb),
+                           sizeof(float) * (te - t0));
             }
-            col += te - t0;
-            t0 = te;
         }
+        t0 = te;
     }
 }
 
@@ -206,19 +202,14 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
     return KVC_OK;
 }
 
-static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
-                 const kvc_range *r, int nr, float *o, int ldo) {
+static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+                 int end, float *o, int ldo) {
     const qblob *b = blob;
     kvc_quant_wsum_fn wsum = kvc_quant_wsum();
-    int col = 0;
-    for (int i = 0; i < nr; i++) {
-        int rows = r[i].end - r[i].begin;
-        if (rows <= 0) continue;
-        for (int cg = 0; cg < b->n_tiles; cg++) {
-            kvc_qtile v = v_tile(b, cg, r[i].begin, rows);
-            wsum(&v, p + col, ldp, G, o + (size_t)cg * b->group, ldo);
-        }
-        col += rows;
+    if (end <= begin) return;
+    for (int cg = 0; cg < b->n_tiles; cg++) {
+        kvc_qtile v = v_tile(b, cg, begin, end - begin);
+        wsum(&v, p, ldp, G, o + (size_t)cg * b->group, ldo);
     }
 }
 

@@ -357,8 +357,7 @@ static kvc_status score_prefill(const h2o_state *st, h2o_stream *hs, kvc_stream 
         int64_t off = 0;
         for (int ci = 0; ci < s->n_chunks; ci++) {
             const kvc_chunk *c = s->chunks[ci];
-            kvc_range all = {0, c->n};
-            if (c->n) c->kc.ops->qk(&c->kc, c->kb, qs, R, d, &all, 1, S + off, (int)L);
+            if (c->n) c->kc.ops->qk(&c->kc, c->kb, qs, R, d, 0, c->n, S + off, (int)L);
             if (c->dead)
                 for (int i = 0; i < c->n; i++)
                     if (kvc_chunk_is_dead(c, i))
