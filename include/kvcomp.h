@@ -164,14 +164,19 @@ typedef struct kvc_cache_stats {
     uint64_t payload_bytes;   /* encoded K and V values */
     uint64_t meta_bytes;      /* scales, mins, bitmaps, offsets, padding */
     uint64_t index_bytes;     /* selection index (page min/max, block means, ...) */
-    uint64_t window_bytes;    /* dense hot window (allocated) */
+    uint64_t window_bytes;    /* dense hot windows: the tokens they hold */
     uint64_t window_tokens;   /* tokens in the hot windows, summed over layers / n_layers */
-    uint64_t buffer_bytes;    /* update buffers and scratch owned by the cache */
+    uint64_t in_use_bytes;    /* payload + meta + index + window: what holds the context */
+    /* Allocated but holding no token: spare capacity of appendable blobs and
+     * hot windows, and the update buffers and scratch owned by the cache
+     * (buffer_bytes, a part of reserved_bytes). */
+    uint64_t reserved_bytes;
+    uint64_t buffer_bytes;
     /* Per token of context (not per token held), so that evicting methods are compared
-     * with a dense cache of the same context: */
-    double bytes_per_token;   /* all of the above / context_tokens, over all layers and heads */
-    double bits_per_element;  /* all of the above * 8 / (context_tokens * layers * kv_heads * head_dim * 2) */
-    double ratio_vs_f16;      /* dense f16 bytes of the context / bytes used */
+     * with a dense cache of the same context; from the bytes in use: */
+    double bytes_per_token;   /* in_use_bytes / context_tokens, over all layers and heads */
+    double bits_per_element;  /* in_use_bytes * 8 / (context_tokens * layers * kv_heads * head_dim * 2) */
+    double ratio_vs_f16;      /* dense f16 bytes of the context / in_use_bytes */
 } kvc_cache_stats;
 
 /* ---- inference context ---------------------------------------------------- */

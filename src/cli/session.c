@@ -178,15 +178,16 @@ void kvc_session_summary(const kvc_session *s, FILE *out) {
     kvc_ctx_cache_stats(s->ctx, &cs);
     kvc_ctx_timing tm;
     kvc_ctx_timing_get(s->ctx, &tm);
-    double kv_bytes = cs.bytes_per_token * (double)cs.context_tokens;
-    /* short contexts are dominated by the dense window and buffers: say "larger" */
+    /* the ratio compares the bytes holding the context with dense f16 of the
+     * same tokens; reserved capacity and scratch are reported beside it */
     int larger = cs.ratio_vs_f16 > 0.0 && cs.ratio_vs_f16 < 1.0;
     fprintf(out,
-            "prompt %d tok %.1f tok/s | decode %d tok %.1f tok/s | KV %s %.2f MiB, %.2f "
-            "bits/elem, %.2fx %s | weights %.2fs attention %.2fs cache %.2fs\n",
+            "prompt %d tok %.1f tok/s | decode %d tok %.1f tok/s | KV %s %.2f MiB in use (+%.2f MiB "
+            "reserved), %.2f bits/elem, %.2fx %s | weights %.2fs attention %.2fs cache %.2fs\n",
             s->n_prefill, rate(s->n_prefill, s->prefill_s), s->n_decode,
             rate(s->n_decode, s->decode_s), s->a->kv ? s->a->kv : KVC_DEFAULT_KV,
-            kv_bytes / (1024.0 * 1024.0), cs.bits_per_element,
+            (double)cs.in_use_bytes / (1024.0 * 1024.0), (double)cs.reserved_bytes / (1024.0 * 1024.0),
+            cs.bits_per_element,
             larger ? 1.0 / cs.ratio_vs_f16 : cs.ratio_vs_f16,
             larger ? "larger than dense f16" : "smaller than dense f16",
             tm.weights_s, tm.attention_s, tm.cache_s);
@@ -216,7 +217,9 @@ void kvc_session_summary_json(const kvc_session *s, kvc_json *j) {
     kvc_json_key(j, "kv_tokens");
     kvc_json_uint(j, cs.tokens);
     kvc_json_key(j, "kv_bytes");
-    kvc_json_num(j, cs.bytes_per_token * (double)cs.context_tokens);
+    kvc_json_num(j, (double)cs.in_use_bytes);
+    kvc_json_key(j, "kv_reserved_bytes");
+    kvc_json_num(j, (double)cs.reserved_bytes);
     kvc_json_key(j, "kv_bits_per_element");
     kvc_json_num(j, cs.bits_per_element);
     kvc_json_key(j, "kv_ratio_vs_f16");

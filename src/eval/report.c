@@ -22,6 +22,8 @@ void kvc_report_stats_json(kvc_json *j, const char *key, const kvc_cache_stats *
     kvc_json_kv_uint(j, "index_bytes", s->index_bytes);
     kvc_json_kv_uint(j, "window_bytes", s->window_bytes);
     kvc_json_kv_uint(j, "buffer_bytes", s->buffer_bytes);
+    kvc_json_kv_uint(j, "in_use_bytes", s->in_use_bytes);
+    kvc_json_kv_uint(j, "reserved_bytes", s->reserved_bytes);
     kvc_json_kv_num(j, "bytes_per_token", s->bytes_per_token);
     kvc_json_kv_num(j, "bits_per_element", s->bits_per_element);
     kvc_json_kv_num(j, "ratio_vs_f16", s->ratio_vs_f16);

@@ -14,6 +14,7 @@
 #include "base/threadpool.h"
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
+#include "kv/codec/dense.h"
 #include "kv/codec/codec.h"
 #include "kv/prefill.h"
 
@@ -47,10 +48,12 @@ void kvc_cache_free(kvc_cache *c) {
 }
 
 static kvc_status init_streams(kvc_cache *c) {
+    const kvc_method *base = c->spec.m[0];
+    int hot = base->ops.hot_type ? base->ops.hot_type(c->mstate[0]) : KVC_DENSE_F16;
     for (int l = 0; l < c->shape.n_layers; l++)
         for (int h = 0; h < c->shape.n_kv_heads; h++) {
             kvc_stream *s;
-            KVC_TRY(kvc_stream_create(l, h, c->shape.head_dim, &s));
+            KVC_TRY(kvc_stream_create(l, h, c->shape.head_dim, hot, &s));
             c->streams[l * c->shape.n_kv_heads + h] = s;
             s->chunk_user_free = chunk_user_free;
             s->chunk_user_ctx = c;
@@ -186,8 +189,8 @@ static kvc_status append_stream(kvc_cache *c, kvc_stream *s, int n, const float 
             for (int i = 0; i < n; i++) memcpy(qbuf + (size_t)i * c->G * d, q + (size_t)i * ldq, (size_t)c->G * d * 4);
             qg = qbuf;
         }
-        const float *hk = kvc_stream_hot_k(s) + (size_t)(s->hot->n - n) * d;
-        const float *hv = kvc_stream_hot_v(s) + (size_t)(s->hot->n - n) * d;
+        const float *hk, *hv; /* the tokens as stored (f16-rounded in an f16 window) */
+        KVC_TRY(kvc_stream_hot_f32(s, s->hot->n - n, s->hot->n, &hk, &hv));
         for (int j = 0; j < c->spec.n; j++)
             if (c->spec.m[j]->ops.on_append)
                 KVC_TRY(c->spec.m[j]->ops.on_append(c->mstate[j], s, s->mstate[j], n, hk, hv, qg));
@@ -350,9 +353,14 @@ kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, con
 
 /* ---- stats ---------------------------------------------------------------------- */
 
+/* Unused capacity of a chunk's appendable (dense) blobs. */
+static uint64_t chunk_spare(const kvc_chunk *ch) {
+    return kvc_dense_spare_bytes(&ch->kc, ch->kb) + kvc_dense_spare_bytes(&ch->vc, ch->vb);
+}
+
 void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     memset(out, 0, sizeof *out);
-    uint64_t live = 0, seen = 0, hot = 0;
+    uint64_t live = 0, seen = 0, hot = 0, spare = 0;
     for (int i = 0; i < c->n_streams; i++) {
         const kvc_stream *s = c->streams[i];
         const kvc_xform *prev = NULL;
@@ -361,10 +369,13 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
             kvc_chunk_bytes(ch, &out->payload_bytes, &out->meta_bytes, &out->index_bytes);
             if (ch->xf && ch->xf != prev && ch->xf->ops->bytes) out->meta_bytes += ch->xf->ops->bytes(ch->xf);
             prev = ch->xf;
+            out->meta_bytes -= chunk_spare(ch); /* counted as reserved below */
+            spare += chunk_spare(ch);
         }
         uint64_t p = 0, m = 0, x = 0;
         kvc_chunk_bytes(s->hot, &p, &m, &x);
-        out->window_bytes += p + m; /* the dense hot window with its spare capacity */
+        out->window_bytes += p + m - chunk_spare(s->hot);
+        spare += chunk_spare(s->hot);
         hot += (uint64_t)s->hot->n;
         for (int j = 0; j < c->spec.n; j++)
             if (c->spec.m[j]->ops.buffer_bytes)
@@ -378,7 +389,9 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     out->tokens = live / (uint64_t)(nl * nkv);
     out->context_tokens = seen / (uint64_t)(nl * nkv);
     out->window_tokens = hot / (uint64_t)(nl * nkv);
-    uint64_t total = out->payload_bytes + out->meta_bytes + out->index_bytes + out->window_bytes + out->buffer_bytes;
+    uint64_t total = out->payload_bytes + out->meta_bytes + out->index_bytes + out->window_bytes;
+    out->in_use_bytes = total;
+    out->reserved_bytes = spare + out->buffer_bytes;
     if (out->context_tokens > 0) {
         out->bytes_per_token = (double)total / (double)out->context_tokens;
         out->bits_per_element = (double)total * 8.0 / ((double)out->context_tokens * nl * nkv * d * 2);

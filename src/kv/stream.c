@@ -1,7 +1,8 @@
-/* Streams (docs/design.md §4): the chunk list of one (layer, KV head) and its dense
- * f32 hot window — creation, insertion and replacement of chunks (swap-in of
- * background work, eviction of whole chunks), pushing tokens into the hot
- * window and sealing its oldest tokens into a chunk. */
+/* Streams (docs/design.md §4): the chunk list of one (layer, KV head) and its
+ * dense hot window (f16 unless the method stores f32 or bf16) — creation,
+ * insertion and replacement of chunks (swap-in of background work, eviction
+ * of whole chunks), pushing tokens into the hot window and sealing its oldest
+ * tokens into a chunk. */
 #include "kv/stream.h"
 
 #include <stdlib.h>
@@ -10,15 +11,16 @@
 #include "base/status.h"
 #include "kv/codec/dense.h"
 
-kvc_status kvc_stream_create(int layer, int head, int dim, kvc_stream **out) {
+kvc_status kvc_stream_create(int layer, int head, int dim, int hot_type, kvc_stream **out) {
     *out = NULL;
     kvc_stream *s = calloc(1, sizeof *s);
     if (!s) return kvc_fail(KVC_ERR_NOMEM, "stream (layer %d, head %d)", layer, head);
     s->layer = layer;
     s->head = head;
     s->dim = dim;
-    kvc_codec f32 = {.ops = &kvc_codec_f32, .dim = dim, .cfg = NULL};
-    kvc_status st = kvc_chunk_encode(&f32, &f32, NULL, NULL, 0, dim, 0, NULL, NULL, &s->hot);
+    kvc_codec hc = {.ops = kvc_codec_dense((kvc_dense_type)hot_type), .dim = dim, .cfg = NULL};
+    kvc_status st = hc.ops ? kvc_chunk_encode(&hc, &hc, NULL, NULL, 0, dim, 0, NULL, NULL, &s->hot)
+                           : kvc_fail(KVC_ERR_ARG, "stream: hot window type %d", hot_type);
     if (st != KVC_OK) {
         free(s);
         return st;
@@ -51,6 +53,7 @@ void kvc_stream_free(kvc_stream *s) {
     free(s->chunks);
     kvc_chunk_free(s->hot);
     free(s->sel_cache);
+    free(s->stage);
     free(s);
 }
 
@@ -90,8 +93,24 @@ kvc_status kvc_stream_insert(kvc_stream *s, int at, kvc_chunk *c) {
     return kvc_stream_replace(s, at, 0, &c, 1);
 }
 
-const float *kvc_stream_hot_k(const kvc_stream *s) { return kvc_dense_rows(s->hot->kb); }
-const float *kvc_stream_hot_v(const kvc_stream *s) { return kvc_dense_rows(s->hot->vb); }
+kvc_status kvc_stream_hot_f32(kvc_stream *s, int begin, int end, const float **k, const float **v) {
+    kvc_chunk *h = s->hot;
+    KVC_CHECK(begin >= 0 && begin <= end && end <= h->n, KVC_ERR_INTERNAL, "hot rows [%d, %d) of %d", begin,
+              end, h->n);
+    size_t need = (size_t)2 * (end - begin) * s->dim;
+    if (need > s->stage_cap) {
+        float *b = realloc(s->stage, need * sizeof *b);
+        if (!b) return kvc_fail(KVC_ERR_NOMEM, "hot window staging (%d tokens)", end - begin);
+        s->stage = b;
+        s->stage_cap = need;
+    }
+    float *kf = s->stage, *vf = s->stage + (size_t)(end - begin) * s->dim;
+    h->kc.ops->decode(&h->kc, h->kb, begin, end, kf, s->dim);
+    h->vc.ops->decode(&h->vc, h->vb, begin, end, vf, s->dim);
+    *k = kf;
+    *v = vf;
+    return KVC_OK;
+}
 
 kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, int n, int ld) {
     kvc_chunk *h = s->hot;
@@ -111,7 +130,8 @@ kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *c
     kvc_chunk *h = s->hot;
     KVC_CHECK(n >= 0 && n <= h->n, KVC_ERR_INTERNAL, "hot seal: %d of %d tokens", n, h->n);
     if (n == 0) return KVC_OK;
-    const float *k = kvc_stream_hot_k(s), *v = kvc_stream_hot_v(s);
+    const float *k, *v;
+    KVC_TRY(kvc_stream_hot_f32(s, 0, n, &k, &v));
     kvc_chunk *c = NULL;
     if (build) {
         KVC_TRY(build(ctx, s, k, v, n, h->pos0, &c));

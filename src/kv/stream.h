@@ -1,5 +1,6 @@
 /* Streams (docs/design.md §4): the tokens of one (layer, KV head) as a list of
- * sealed chunks plus the dense f32 hot window holding the newest tokens.
+ * sealed chunks plus the dense hot window holding the newest tokens, in f16
+ * (f32 or bf16 when the method stores that type: full:f32 stays exact).
  *
  * Life of a token: the cache appends it to the hot window, calls the method's
  * on_append hook (with the token's k, v and, in prefill, the queries that
@@ -27,17 +28,20 @@ typedef struct kvc_stream {
     int64_t n_pos;        /* tokens seen (next position) */
     kvc_chunk **chunks;   /* sealed chunks, oldest first by convention; n_chunks of them */
     int n_chunks, cap_chunks;
-    kvc_chunk *hot;       /* dense f32 hot window (KVC_CHUNK_HOT), newest tokens; never NULL */
+    kvc_chunk *hot;       /* dense hot window (KVC_CHUNK_HOT), newest tokens; never NULL */
     uint64_t version;     /* bumped whenever the chunk list or a dead mask changes */
     void *mstate[KVC_MAX_STACK]; /* per-stream state of each method layer (base first) */
     void *sel_cache;      /* driver-owned: previous selection (for reuse) */
     /* Set by the cache: frees chunk->user via the method's chunk_free hooks. */
     void (*chunk_user_free)(void *ctx, kvc_chunk *c);
     void *chunk_user_ctx;
+    float *stage;         /* f32 rows of hot tokens handed to hooks (kvc_stream_hot_f32) */
+    size_t stage_cap;
 } kvc_stream;
 
-/* A stream with an empty hot window (dense f32 of head_dim). */
-kvc_status kvc_stream_create(int layer, int head, int dim, kvc_stream **out);
+/* A stream with an empty hot window of head_dim elements of type hot_type
+ * (a kvc_dense_type: 0 f32, 1 f16, 2 bf16). */
+kvc_status kvc_stream_create(int layer, int head, int dim, int hot_type, kvc_stream **out);
 /* Frees every chunk (method per-stream states must be freed by the caller first). */
 void kvc_stream_free(kvc_stream *s);
 /* Drops every chunk and empties the hot window (positions restart at 0). */
@@ -61,15 +65,16 @@ kvc_status kvc_stream_replace(kvc_stream *s, int first, int count, kvc_chunk **n
 /* Appends n tokens k, v [n][ld] to the hot window (positions n_pos..). */
 kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, int n, int ld);
 
-/* Moves the oldest n hot tokens out: encodes them with `build` (NULL: dense
- * f32 chunk), inserts the chunk at the end of the list (unless build stored
- * them itself and returned NULL), drops them from the hot window. */
+/* Moves the oldest n hot tokens out: widens them to f32 rows, encodes them
+ * with `build` (NULL: dense f32 chunk), inserts the chunk at the end of the
+ * list (unless build stored them itself and returned NULL), drops them from
+ * the hot window. */
 typedef kvc_status (*kvc_build_fn)(void *ctx, kvc_stream *s, const float *k, const float *v,
                                    int n, int64_t pos0, kvc_chunk **out);
 kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *ctx);
 
-/* The hot window: rows k, v [hot->n][dim] f32, contiguous, oldest first. */
-const float *kvc_stream_hot_k(const kvc_stream *s);
-const float *kvc_stream_hot_v(const kvc_stream *s);
+/* Hot tokens [begin, end) widened to f32 rows: *k, *v [end-begin][dim] in the
+ * stream's staging buffer (valid until the next call for this stream). */
+kvc_status kvc_stream_hot_f32(kvc_stream *s, int begin, int end, const float **k, const float **v);
 
 #endif

@@ -163,7 +163,7 @@ static void add_chunk(world *w, int n, kvc_dense_type t, kvc_xform *x, int selec
 }
 
 static void build_world(world *w) {
-    assert_int_equal(kvc_stream_create(0, 0, D, &w->s), KVC_OK);
+    assert_int_equal(kvc_stream_create(0, 0, D, KVC_DENSE_F32, &w->s), KVC_OK);
     kvc_xform *x1 = make_rot(), *x2 = make_rot();
     add_chunk(w, 300, KVC_DENSE_F16, NULL, 1, 0);
     add_chunk(w, 77, KVC_DENSE_F32, x1, 1, 0);

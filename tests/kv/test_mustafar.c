@@ -44,7 +44,8 @@ static int count_nonzero(const float *x, int d) {
 }
 
 /* Checks every sealed chunk of every stream of layer 0 against the original
- * rows k, v [n][nkv][d]: exactly keep values, the top-|x| ones, as f16. */
+ * rows k, v [n][nkv][d]: exactly keep values, the top-|x| ones of the tokens
+ * as the f16 hot window held them, as f16. */
 static void check_pruned(kvc_cache *c, const float *k, const float *v, int keep_k, int keep_v) {
     int nkv = c->shape.n_kv_heads, d = c->shape.head_dim;
     float *dk = malloc(sizeof(float) * 4096 * d), *dv = malloc(sizeof(float) * 4096 * d);
@@ -62,9 +63,11 @@ static void check_pruned(kvc_cache *c, const float *k, const float *v, int keep_
                     const float *got = (side ? dv : dk) + (size_t)i * d;
                     int keep = side ? keep_v : keep_k;
                     assert_int_equal(count_nonzero(got, d), keep);
-                    kvc_prune_topk(orig, d, keep, mask);
+                    float held[1024];
+                    for (int j = 0; j < d; j++) held[j] = kvc_f16_to_f32(kvc_f32_to_f16(orig[j]));
+                    kvc_prune_topk(held, d, keep, mask);
                     for (int j = 0; j < d; j++) {
-                        float want = (mask[j >> 6] >> (j & 63) & 1) ? kvc_f16_to_f32(kvc_f32_to_f16(orig[j])) : 0.0f;
+                        float want = (mask[j >> 6] >> (j & 63) & 1) ? held[j] : 0.0f;
                         assert_true(got[j] == want);
                     }
                 }

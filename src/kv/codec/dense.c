@@ -252,6 +252,12 @@ static void dense_bytes(const kvc_codec *c, const void *blob, uint64_t *payload,
     *meta = (uint64_t)(b->cap - b->n) * row + sizeof *b;
 }
 
+uint64_t kvc_dense_spare_bytes(const kvc_codec *c, const void *blob) {
+    if (c->ops != &kvc_codec_f32 && c->ops != &kvc_codec_f16 && c->ops != &kvc_codec_bf16) return 0;
+    const dense_blob *b = blob;
+    return (uint64_t)(b->cap - b->n) * c->dim * elem_size(type_of(c));
+}
+
 static void dense_free(const kvc_codec *c, void *blob) {
     (void)c;
     dense_blob *b = blob;

@@ -39,6 +39,9 @@ const kvc_codec_ops *kvc_codec_dense(kvc_dense_type t);
 /* Registers SIMD kernels for `isa` over the references (from kvc_codecs_init). */
 void kvc_dense_init(kvc_isa isa);
 
+/* Bytes of unused capacity of a blob if c is a dense codec, else 0. */
+uint64_t kvc_dense_spare_bytes(const kvc_codec *c, const void *blob);
+
 /* Raw rows of a dense blob (type per its codec); for kernels and tests. */
 const void *kvc_dense_rows(const void *blob);
 /* Keeps only the first n rows (n <= count). */

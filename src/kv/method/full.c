@@ -65,6 +65,8 @@ static kvc_status full_build_chunk(void *state, kvc_stream *s, void *sstate, con
     return KVC_OK;
 }
 
+static int full_hot_type(void *state) { return ((const full_cfg *)state)->dtype; }
+
 /* The cfg is the whole per-cache state: it is parsed once and read-only. */
 static kvc_status full_create(const kvc_method_env *env, void **state) {
     *state = (void *)env->cfg;
@@ -82,6 +84,7 @@ const kvc_method kvc_method_full = {
     .cfg_size = sizeof(full_cfg),
     .ops = {
         .create = full_create,
+        .hot_type = full_hot_type,
         .hot_leave = full_hot_leave,
         .build_chunk = full_build_chunk,
     },

@@ -349,7 +349,6 @@ static kvc_status score_prefill(const h2o_state *st, h2o_stream *hs, kvc_stream 
     float *S = hs->scores, *qs = hs->scores + rows * (size_t)L;
     float scale = 1.0f / sqrtf((float)d);
     int hn = s->hot->n;
-    const float *hk = kvc_stream_hot_k(s);
     for (int i0 = 0; i0 < n; i0 += H2O_QBLOCK) {
         int nq = n - i0 < H2O_QBLOCK ? n - i0 : H2O_QBLOCK, R = nq * G;
         for (int r = 0; r < R; r++)
@@ -364,7 +363,7 @@ static kvc_status score_prefill(const h2o_state *st, h2o_stream *hs, kvc_stream 
                         for (int r = 0; r < R; r++) S[(size_t)r * L + off + i] = -INFINITY;
             off += c->n;
         }
-        if (hn) kvc_dense_k.qk[KVC_DENSE_F32](hk, hn, d, qs, R, d, S + off, (int)L);
+        if (hn) s->hot->kc.ops->qk(&s->hot->kc, s->hot->kb, qs, R, d, 0, hn, S + off, (int)L);
         for (int r = 0; r < R; r++) {
             int qi = i0 + r / G;
             int vis = hn - n + qi + 1; /* hot rows visible to query qi */

@@ -97,6 +97,10 @@ typedef struct kvc_method_ops {
     kvc_status (*on_append)(void *state, kvc_stream *s, void *sstate, int n, const float *k,
                             const float *v, const float *q);
 
+    /* Optional (base layer): element type of the hot window, a kvc_dense_type;
+     * NULL: f16. `full` keeps its own type (f32 stays the exact reference). */
+    int (*hot_type)(void *state);
+
     /* How many of the oldest hot-window tokens leave it now (0..hot->n). NULL
      * in every layer: tokens never leave (the window holds everything). */
     int (*hot_leave)(void *state, kvc_stream *s, void *sstate);
