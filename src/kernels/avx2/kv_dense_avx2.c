@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/f16.h"
 #include "kv/codec/dense.h"
 
 typedef enum { T_F32, T_F16, T_BF16 } elem_t;
@@ -165,3 +166,20 @@ static inline void cvt_dense(elem_t t, const void *x, size_t n, float *y) {
 }
 void kvc_cvt_dense_f16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
 void kvc_cvt_dense_bf16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }
+
+/* f32 -> f16 with F16C (round to nearest even, as kvc_f32_to_f16); NaNs
+ * become the reference's quiet NaN (sign | 0x7e00) whatever their payload. */
+void kvc_put_dense_f16_avx2(const float *x, size_t n, void *y) {
+    uint16_t *o = y;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 un = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        __m128i nan = _mm_packs_epi32(_mm256_castsi256_si128(_mm256_castps_si256(un)),
+                                      _mm256_extracti128_si256(_mm256_castps_si256(un), 1));
+        __m128i qn = _mm_or_si128(_mm_and_si128(h, _mm_set1_epi16((short)0x8000)), _mm_set1_epi16(0x7e00));
+        _mm_storeu_si128((__m128i *)(o + i), _mm_blendv_epi8(h, qn, nan));
+    }
+    for (; i < n; i++) o[i] = kvc_f32_to_f16(x[i]);
+}

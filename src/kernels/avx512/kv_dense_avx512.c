@@ -176,3 +176,19 @@ static inline void cvt_dense(elem_t t, const void *x, size_t n, float *y) {
 }
 void kvc_cvt_dense_f16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
 void kvc_cvt_dense_bf16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }
+
+/* f32 -> f16 with vcvtps2ph (round to nearest even, as kvc_f32_to_f16); NaNs
+ * become the reference's quiet NaN (sign | 0x7e00) whatever their payload. */
+void kvc_put_dense_f16_avx512(const float *x, size_t n, void *y) {
+    uint16_t *o = y;
+    for (size_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i);
+        __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        __m256i qn = _mm256_or_si256(_mm256_and_si256(h, _mm256_set1_epi16((short)0x8000)),
+                                     _mm256_set1_epi16(0x7e00));
+        h = _mm256_mask_mov_epi16(h, nan, qn);
+        _mm256_mask_storeu_epi16(o + i, m, h);
+    }
+}

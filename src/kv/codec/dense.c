@@ -98,36 +98,36 @@ static void cvt_bf16_ref(const void *x, size_t n, float *y) {
     for (size_t i = 0; i < n; i++) y[i] = kvc_bf16_to_f32(((const kvc_bf16 *)x)[i]);
 }
 
+static void put_f32_ref(const float *x, size_t n, void *y) { memcpy(y, x, n * 4); }
+static void put_f16_ref(const float *x, size_t n, void *y) {
+    for (size_t i = 0; i < n; i++) ((kvc_f16 *)y)[i] = kvc_f32_to_f16(x[i]);
+}
+static void put_bf16_ref(const float *x, size_t n, void *y) {
+    for (size_t i = 0; i < n; i++) ((kvc_bf16 *)y)[i] = kvc_f32_to_bf16(x[i]);
+}
+
 const kvc_dense_kernels kvc_dense_ref = {
     .qk = {qk_f32_ref, qk_f16_ref, qk_bf16_ref},
     .pv = {pv_f32_ref, pv_f16_ref, pv_bf16_ref},
     .cvt = {cvt_f32_ref, cvt_f16_ref, cvt_bf16_ref},
+    .put = {put_f32_ref, put_f16_ref, put_bf16_ref},
 };
 kvc_dense_kernels kvc_dense_k = {
     .qk = {qk_f32_ref, qk_f16_ref, qk_bf16_ref},
     .pv = {pv_f32_ref, pv_f16_ref, pv_bf16_ref},
     .cvt = {cvt_f32_ref, cvt_f16_ref, cvt_bf16_ref},
+    .put = {put_f32_ref, put_f16_ref, put_bf16_ref},
 };
 
 /* ---- codec operations ------------------------------------------------------ */
 
 static void store_rows(kvc_dense_type t, void *dst, const float *x, int n, int d, int ld) {
-    for (int i = 0; i < n; i++) {
-        const float *xi = x + (size_t)i * ld;
-        switch (t) {
-        case KVC_DENSE_F32: memcpy((float *)dst + (size_t)i * d, xi, (size_t)d * 4); break;
-        case KVC_DENSE_F16: {
-            kvc_f16 *o = (kvc_f16 *)dst + (size_t)i * d;
-            for (int j = 0; j < d; j++) o[j] = kvc_f32_to_f16(xi[j]);
-            break;
-        }
-        case KVC_DENSE_BF16: {
-            kvc_bf16 *o = (kvc_bf16 *)dst + (size_t)i * d;
-            for (int j = 0; j < d; j++) o[j] = kvc_f32_to_bf16(xi[j]);
-            break;
-        }
-        }
+    kvc_put_dense_fn put = kvc_dense_k.put[t];
+    if (ld == d) { /* contiguous rows: one call */
+        put(x, (size_t)n * d, dst);
+        return;
     }
+    for (int i = 0; i < n; i++) put(x + (size_t)i * ld, (size_t)d, (char *)dst + (size_t)i * d * elem_size(t));
 }
 
 /* Capacity grows by 1/16 (at least 16 rows) with realloc, which extends large
@@ -294,6 +294,7 @@ void kvc_dense_init(kvc_isa isa) {
             .qk = {kvc_qk_dense_f32_avx2, kvc_qk_dense_f16_avx2, kvc_qk_dense_bf16_avx2},
             .pv = {kvc_pv_dense_f32_avx2, kvc_pv_dense_f16_avx2, kvc_pv_dense_bf16_avx2},
             .cvt = {cvt_f32_ref, kvc_cvt_dense_f16_avx2, kvc_cvt_dense_bf16_avx2},
+            .put = {put_f32_ref, kvc_put_dense_f16_avx2, put_bf16_ref},
         };
     }
     if (isa >= KVC_ISA_AVX512) {
@@ -301,6 +302,7 @@ void kvc_dense_init(kvc_isa isa) {
             .qk = {kvc_qk_dense_f32_avx512, kvc_qk_dense_f16_avx512, kvc_qk_dense_bf16_avx512},
             .pv = {kvc_pv_dense_f32_avx512, kvc_pv_dense_f16_avx512, kvc_pv_dense_bf16_avx512},
             .cvt = {cvt_f32_ref, kvc_cvt_dense_f16_avx512, kvc_cvt_dense_bf16_avx512},
+            .put = {put_f32_ref, kvc_put_dense_f16_avx512, put_bf16_ref},
         };
     }
 }

@@ -22,10 +22,14 @@ typedef void (*kvc_pv_dense_fn)(const void *x, int n, int d, const float *p, int
 /* y[i] = x[i] for i < n, widened to f32 (decode, prefill over a dense past) */
 typedef void (*kvc_cvt_dense_fn)(const void *x, size_t n, float *y);
 
+/* y[i] = x[i] narrowed to the type (round to nearest even) for i < n (append) */
+typedef void (*kvc_put_dense_fn)(const float *x, size_t n, void *y);
+
 typedef struct kvc_dense_kernels {
     kvc_qk_dense_fn qk[KVC_DENSE_N_TYPES];
     kvc_pv_dense_fn pv[KVC_DENSE_N_TYPES];
     kvc_cvt_dense_fn cvt[KVC_DENSE_N_TYPES];
+    kvc_put_dense_fn put[KVC_DENSE_N_TYPES];
 } kvc_dense_kernels;
 
 /* The active kernels (after kvc_codecs_init) and the scalar references. */
@@ -57,6 +61,8 @@ void kvc_pv_dense_f32_avx2(const void *x, int n, int d, const float *p, int G, i
 void kvc_pv_dense_f16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
 void kvc_pv_dense_bf16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
 void kvc_cvt_dense_f16_avx2(const void *x, size_t n, float *y);
+void kvc_put_dense_f16_avx2(const float *x, size_t n, void *y);
+void kvc_put_dense_f16_avx512(const float *x, size_t n, void *y);
 void kvc_cvt_dense_bf16_avx2(const void *x, size_t n, float *y);
 void kvc_cvt_dense_f16_avx512(const void *x, size_t n, float *y);
 void kvc_cvt_dense_bf16_avx512(const void *x, size_t n, float *y);
