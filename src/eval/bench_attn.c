@@ -112,12 +112,10 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
             row->best_s = t[0];
             row->median_s = t[n / 2];
             kvc_cache_stats_get(c, &row->stats);
-            /* bytes read per step: the encoded chunks (payload, metadata, index) and
-             * the live tokens of the dense f32 hot window (kvmix's recent-context
-             * window holds 10-20% of the tokens; its spare capacity is not read) */
-            double window = (double)row->stats.window_tokens * p->n_kv_heads * p->head_dim * 2 * sizeof(float);
-            row->held_bytes = ((double)row->stats.payload_bytes + (double)row->stats.meta_bytes +
-                               (double)row->stats.index_bytes) / L + window;
+            /* bytes read per step: the bytes in use (encoded chunks and the live
+             * tokens of the hot window; kvmix's recent-context window holds 10-20%
+             * of the tokens; spare capacity is not read) of one layer */
+            row->held_bytes = (double)row->stats.in_use_bytes / L;
             row->gbps = row->held_bytes / row->median_s / 1e9;
             row->frac_bw = p->bw_gbps > 0 ? row->gbps / p->bw_gbps : NAN;
         }
