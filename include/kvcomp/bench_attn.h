@@ -39,7 +39,7 @@ typedef struct kvc_bench_attn_row {
     char error[256];
     int n_layers, reps;
     double median_s, best_s; /* per layer step */
-    double held_bytes;       /* bytes read per step for one layer: payload + meta + index */
+    double held_bytes;       /* bytes read per step for one layer: the bytes in use */
     double gbps;             /* held_bytes / median_s / 1e9 */
     double frac_bw;          /* gbps / bw_gbps, or NAN */
     double ratio;            /* median_s / median_s of the first method at this ctx */
