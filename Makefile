@@ -4,12 +4,15 @@
 #   make install [PREFIX=/usr/local]  the command, libkvcomp (shared and static),
 #              the headers and kvcomp.pc for pkg-config
 JOBS  ?= $(shell nproc)
-MODEL ?= models/SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM2 := models/SmolLM2-135M-Instruct.Q4_1.gguf
+QWEN15  := models/Qwen2.5-Coder-1.5B-Instruct-Q4_K_M.gguf
+QWEN05  := models/Qwen2.5-Coder-0.5B-Instruct-Q4_K_M.gguf
+MODEL ?= $(SMOLLM2)
 KV    ?= kivi:bits=4
 PREFIX ?= /usr/local
 PROMPT ?= Explain in three sentences why the sky is blue.
 
-.PHONY: all setup build build-asan model run test test-release test-asan install fuzz fuzz-build format clean
+.PHONY: all setup build build-asan model model-qwen1.5b model-qwen0.5b run test test-release test-asan install fuzz fuzz-build format clean
 
 all: build
 
@@ -24,9 +27,17 @@ build-asan: setup
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DKVC_SANITIZE=ON >/dev/null
 	cmake --build build-asan -j $(JOBS)
 
+# Models (scripts/fetch-model NAME: download, join, verify; README "Choosing a model").
+# `make run MODEL=$(QWEN15)` fetches the model it names.
 model: $(MODEL)
-$(MODEL):
-	bash scripts/fetch-model
+model-qwen1.5b: $(QWEN15)
+model-qwen0.5b: $(QWEN05)
+$(SMOLLM2):
+	bash scripts/fetch-model smollm2-135m
+$(QWEN15):
+	bash scripts/fetch-model qwen2.5-coder-1.5b
+$(QWEN05):
+	bash scripts/fetch-model qwen2.5-coder-0.5b
 
 run: build model
 	./build/kvcomp run -m $(MODEL) -p "$(PROMPT)" -n 128 --kv $(KV)
