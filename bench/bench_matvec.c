@@ -8,7 +8,8 @@
  *   bench_matvec [-t threads] [-r reps] [-w q4_1|q8_0|...] [-c] [-p]
  *   -w: the layers' weight type (default q4_1); -c: time with the process CPU
  *   clock instead of the wall clock (meaningful with -t 1 on a shared machine);
- *   -p: instead, prefill-style products (kvc_matmul against dequant + sgemm)
+ *   -p: instead, prefill-style products (kvc_matmul against dequant + sgemm); with -w
+ *   only that type
  *
  * Build: see docs/benchmarks.md ("Weight matvec").
  * Prints one line per measurement: isa, case, type, shape, threads, MB, us, GB/s.
@@ -234,7 +235,7 @@ static void bench_matmul(kvc_pool *pool, int threads, uint32_t type, int64_t row
 }
 
 int main(int argc, char **argv) {
-    int threads = 0, reps = 50, matmul_only = 0;
+    int threads = 0, reps = 50, matmul_only = 0, layer_given = 0;
     uint32_t layer_type = KVC_WT_Q4_1;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-t") && i + 1 < argc)
@@ -250,7 +251,8 @@ int main(int argc, char **argv) {
             int found = 0;
             for (uint32_t t = 0; t < KVC_WT_COUNT; t++) {
                 const kvc_wtype *wt = kvc_wtype_ref(t);
-                if (wt && wt->supported && !strcmp(wt->name, name)) layer_type = t, found = 1;
+                if (wt && wt->supported && !strcmp(wt->name, name))
+                    layer_type = t, found = 1, layer_given = 1;
             }
             if (!found) return fprintf(stderr, "unknown weight type %s\n", name), 2;
         } else {
@@ -266,11 +268,14 @@ int main(int argc, char **argv) {
     if (use_cpu_clock && threads > 1) return fprintf(stderr, "-c needs -t 1\n"), 2;
     openblas_set_num_threads(1);
     if (matmul_only) {
+        /* -w: only that type; k-quants on a 1536-column matrix (Qwen2.5-1.5B's width) */
         const uint32_t mt[] = {KVC_WT_Q4_1, KVC_WT_Q8_0, KVC_WT_Q6_K};
-        for (size_t i = 0; i < sizeof mt / sizeof mt[0]; i++)
+        const int n_mt = layer_given ? 1 : (int)(sizeof mt / sizeof mt[0]);
+        for (int i = 0; i < n_mt; i++)
             for (int64_t m = 8; m <= 512; m *= 4) {
-                int64_t n = mt[i] == KVC_WT_Q6_K ? 768 : 576;
-                bench_matmul(pool, threads, mt[i], FFN, n, m, reps < 5 ? reps : 5);
+                const uint32_t t = layer_given ? layer_type : mt[i];
+                int64_t n = kvc_wtype_ref(t)->block == 256 ? 1536 : 576;
+                bench_matmul(pool, threads, t, FFN, n, m, reps < 5 ? reps : 5);
             }
         kvc_pool_free(pool);
         return 0;

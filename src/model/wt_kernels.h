@@ -15,7 +15,7 @@
 #include "base/f16.h"
 #include "model/wtype.h"
 
-#define KVC_QK  32  /* elements per block of the legacy types (q4_0, q4_1, q8_0) */
+#define KVC_QK  32  /* elements per block of the legacy types (q4_0, q4_1, q5_0, q8_0) */
 #define KVC_QKK 256 /* elements per super-block of the k-quants */
 
 typedef struct {
@@ -26,6 +26,11 @@ typedef struct {
     kvc_f16 d, m;
     uint8_t qs[16];
 } kvc_blk_q4_1; /* x = d*q + m */
+typedef struct {
+    kvc_f16 d;
+    uint8_t qh[4];  /* bit j: fifth bit of element j */
+    uint8_t qs[16]; /* as q4_0 */
+} kvc_blk_q5_0;     /* x = d*(q-16) */
 typedef struct {
     kvc_f16 d;
     int8_t qs[32];
@@ -55,6 +60,7 @@ typedef struct {
 
 static_assert(sizeof(kvc_blk_q4_0) == 18, "q4_0 block");
 static_assert(sizeof(kvc_blk_q4_1) == 20, "q4_1 block");
+static_assert(sizeof(kvc_blk_q5_0) == 22, "q5_0 block");
 static_assert(sizeof(kvc_blk_q8_0) == 34, "q8_0 block");
 static_assert(sizeof(kvc_blk_q4_k) == 144, "q4_k block");
 static_assert(sizeof(kvc_blk_q5_k) == 176, "q5_k block");
@@ -123,6 +129,10 @@ void kvc_dequant_q4_1_ref(const void *x, float *y, int64_t n);
 float kvc_dot_q4_1_ref(const void *row, const void *act, int64_t n);
 void kvc_quantize_q4_1_ref(const float *x, void *y, int64_t n);
 
+void kvc_dequant_q5_0_ref(const void *x, float *y, int64_t n);
+float kvc_dot_q5_0_ref(const void *row, const void *act, int64_t n);
+void kvc_quantize_q5_0_ref(const float *x, void *y, int64_t n);
+
 void kvc_dequant_q8_0_ref(const void *x, float *y, int64_t n);
 float kvc_dot_q8_0_ref(const void *row, const void *act, int64_t n);
 void kvc_quantize_q8_0_ref(const float *x, void *y, int64_t n);
@@ -157,6 +167,7 @@ void kvc_wt_init(void);
 void kvc_wt_register_float_avx2(kvc_wtype *table);
 void kvc_wt_register_q4_0_avx2(kvc_wtype *table);
 void kvc_wt_register_q4_1_avx2(kvc_wtype *table);
+void kvc_wt_register_q5_0_avx2(kvc_wtype *table);
 void kvc_wt_register_q8_0_avx2(kvc_wtype *table);
 void kvc_wt_register_q4_k_avx2(kvc_wtype *table);
 void kvc_wt_register_q5_k_avx2(kvc_wtype *table);
@@ -166,6 +177,7 @@ void kvc_wt_register_act_avx2(kvc_act_fn *q8_0, kvc_act_fn *q8_k);
 void kvc_wt_register_float_avx512(kvc_wtype *table);
 void kvc_wt_register_q4_0_avx512(kvc_wtype *table);
 void kvc_wt_register_q4_1_avx512(kvc_wtype *table);
+void kvc_wt_register_q5_0_avx512(kvc_wtype *table);
 void kvc_wt_register_q8_0_avx512(kvc_wtype *table);
 void kvc_wt_register_q4_k_avx512(kvc_wtype *table);
 void kvc_wt_register_q5_k_avx512(kvc_wtype *table);

@@ -37,6 +37,11 @@ static kvc_wtype ref_table[KVC_WT_COUNT] = {
                      .dequant = kvc_dequant_q4_1_ref,
                      .dot = kvc_dot_q4_1_ref,
                      .quantize = kvc_quantize_q4_1_ref},
+    [KVC_WT_Q5_0] = {.supported = 1,
+                     .act = KVC_ACT_Q8_0,
+                     .dequant = kvc_dequant_q5_0_ref,
+                     .dot = kvc_dot_q5_0_ref,
+                     .quantize = kvc_quantize_q5_0_ref},
     [KVC_WT_Q8_0] = {.supported = 1,
                      .act = KVC_ACT_Q8_0,
                      .dequant = kvc_dequant_q8_0_ref,
@@ -84,6 +89,7 @@ static void init_table(void) {
         kvc_wt_register_float_avx2(active_table);
         kvc_wt_register_q4_0_avx2(active_table);
         kvc_wt_register_q4_1_avx2(active_table);
+        kvc_wt_register_q5_0_avx2(active_table);
         kvc_wt_register_q8_0_avx2(active_table);
         kvc_wt_register_q4_k_avx2(active_table);
         kvc_wt_register_q5_k_avx2(active_table);
@@ -94,6 +100,7 @@ static void init_table(void) {
         kvc_wt_register_float_avx512(active_table);
         kvc_wt_register_q4_0_avx512(active_table);
         kvc_wt_register_q4_1_avx512(active_table);
+        kvc_wt_register_q5_0_avx512(active_table);
         kvc_wt_register_q8_0_avx512(active_table);
         kvc_wt_register_q4_k_avx512(active_table);
         kvc_wt_register_q5_k_avx512(active_table);

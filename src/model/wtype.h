@@ -15,7 +15,7 @@
 /* ggml type ids (stable, from the GGUF spec); the weight tables cover ids below
  * KVC_WT_COUNT, with names and block sizes from src/gguf/ggml_types.c. */
 enum {
-    KVC_WT_F32 = 0, KVC_WT_F16 = 1, KVC_WT_Q4_0 = 2, KVC_WT_Q4_1 = 3,
+    KVC_WT_F32 = 0, KVC_WT_F16 = 1, KVC_WT_Q4_0 = 2, KVC_WT_Q4_1 = 3, KVC_WT_Q5_0 = 6,
     KVC_WT_Q8_0 = 8, KVC_WT_Q8_1 = 9, KVC_WT_Q4_K = 12, KVC_WT_Q5_K = 13,
     KVC_WT_Q6_K = 14, KVC_WT_Q8_K = 15, KVC_WT_BF16 = 30,
     KVC_WT_COUNT = 40,

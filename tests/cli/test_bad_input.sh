@@ -45,8 +45,8 @@ open(f'{d}/mamba.gguf', 'wb').write(gguf([kv_str('general.architecture', 'mamba'
 llama = [kv_str('general.architecture', 'llama'), kv_u32('llama.block_count', 1),
          kv_u32('llama.embedding_length', 32), kv_u32('llama.feed_forward_length', 64),
          kv_u32('llama.attention.head_count', 2), kv_u32('llama.context_length', 64)]
-# token_embd in q5_0 (ggml type 6, no kernels in kvcomp): 4 rows of 32 -> 4 blocks of 22 bytes
-open(f'{d}/q5_0.gguf', 'wb').write(gguf(llama, [('token_embd.weight', [32, 4], 6, 0)], b'\0' * 96))
+# token_embd in q5_1 (ggml type 7, no kernels in kvcomp): 4 rows of 32 -> 4 blocks of 24 bytes
+open(f'{d}/q5_1.gguf', 'wb').write(gguf(llama, [('token_embd.weight', [32, 4], 7, 0)], b'\0' * 96))
 # token_embd of the wrong width (16 instead of 32), f32
 open(f'{d}/shape.gguf', 'wb').write(gguf(llama, [('token_embd.weight', [16, 4], 0, 0)], b'\0' * 256))
 open(f'{d}/notgguf.gguf', 'wb').write(b'hello, this is not a model\n' * 10)
@@ -66,7 +66,7 @@ expect 1 "cannot load model" "$KVCOMP" run -m "$TMP" -p hi
 expect 1 "cannot load model.*(magic|GGUF)" "$KVCOMP" run -m "$TMP/notgguf.gguf" -p hi
 expect 1 "nope.gguf" "$KVCOMP" inspect "$TMP/nope.gguf"
 expect 1 "not supported.*mamba|mamba.*not supported" "$KVCOMP" run -m "$TMP/mamba.gguf" -p hi
-expect 1 "token_embd.weight.*q5_0" "$KVCOMP" run -m "$TMP/q5_0.gguf" -p hi
+expect 1 "token_embd.weight.*q5_1" "$KVCOMP" run -m "$TMP/q5_1.gguf" -p hi
 expect 1 "token_embd.weight.*shape" "$KVCOMP" run -m "$TMP/shape.gguf" -p hi
 if [[ -r "$MODEL" ]]; then
     head -c 100000 "$MODEL" >"$TMP/truncated.gguf"

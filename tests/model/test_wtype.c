@@ -43,7 +43,8 @@
 
 static const uint32_t all_types[] = {KVC_WT_F32,  KVC_WT_F16,  KVC_WT_BF16,
                                      KVC_WT_Q4_0, KVC_WT_Q4_1, KVC_WT_Q8_0,
-                                     KVC_WT_Q4_K, KVC_WT_Q5_K, KVC_WT_Q6_K};
+                                     KVC_WT_Q4_K, KVC_WT_Q5_K, KVC_WT_Q6_K,
+                                     KVC_WT_Q5_0};
 #define N_TYPES (sizeof all_types / sizeof all_types[0])
 
 static const double U = 5.9604644775390625e-8; /* 2^-24 */
@@ -91,6 +92,10 @@ static void term_bound(uint32_t type, const uint8_t *w, int64_t n, const float *
     case KVC_WT_Q4_0:
         for (int64_t i = 0; i < n; i++)
             t[i] = 23.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(w + (i / 32) * 18)));
+        return;
+    case KVC_WT_Q5_0:
+        for (int64_t i = 0; i < n; i++)
+            t[i] = 47.0 * fabs(kvc_f16_to_f32(*(const uint16_t *)(w + (i / 32) * 22)));
         return;
     case KVC_WT_Q4_1:
         for (int64_t i = 0; i < n; i++) {
@@ -195,6 +200,7 @@ static void raw_weights(uint32_t type, uint8_t *w, int64_t n) {
             break;
         }
         case KVC_WT_Q4_0:
+        case KVC_WT_Q5_0:
         case KVC_WT_Q8_0:
             memcpy(b, h, 2);
             break;
@@ -390,7 +396,7 @@ static void test_quantize_roundtrip(void **state) {
         int blk = ref->block > 1 ? ref->block : 1;
         double levels = type == KVC_WT_Q8_0   ? 254
                         : type == KVC_WT_Q6_K ? 63
-                        : type == KVC_WT_Q5_K ? 31
+                        : type == KVC_WT_Q5_K || type == KVC_WT_Q5_0 ? 31
                                               : 15;
         for (int64_t b0 = 0; b0 < n; b0 += blk) {
             double mn = 0, mx = 0;
@@ -493,14 +499,15 @@ static void test_unknown_types(void **state) {
         assert_int_equal(kvc_wtype_row_bytes(unknown[i], 256), 0);
     }
     /* known to ggml but without kernels here: named, so the loader can say which */
-    const kvc_wtype *q5 = kvc_wtype_get(6);
-    assert_non_null(q5);
-    assert_false(q5->supported);
-    assert_string_equal(q5->name, "q5_0");
+    const kvc_wtype *q51 = kvc_wtype_get(7);
+    assert_non_null(q51);
+    assert_false(q51->supported);
+    assert_string_equal(q51->name, "q5_1");
     assert_false(kvc_wtype_get(KVC_WT_Q8_K)->supported);
     /* row sizes */
     assert_int_equal(kvc_wtype_row_bytes(KVC_WT_Q4_1, 576), 18 * 20);
     assert_int_equal(kvc_wtype_row_bytes(KVC_WT_Q8_0, 576), 18 * 34);
+    assert_int_equal(kvc_wtype_row_bytes(KVC_WT_Q5_0, 896), 28 * 22);
     assert_int_equal(kvc_wtype_row_bytes(KVC_WT_Q6_K, 512), 2 * 210);
     assert_int_equal(kvc_wtype_row_bytes(KVC_WT_BF16, 7), 14);
     assert_int_equal(kvc_wtype_row_bytes(KVC_WT_Q4_1, 577), 0);
@@ -707,7 +714,7 @@ static void test_matmul_multi_long(void **state) {
     /* bad calls are errors, not crashes */
     kvc_matmul_op bad = {KVC_WT_Q4_K, ops[0].w, 1, yv, 1};
     assert_int_equal(kvc_matmul(pool, &bad, 1, 576, x, 576, 1), KVC_ERR_ARG);
-    bad.type = 6; /* q5_0: known, no kernels */
+    bad.type = 7; /* q5_1: known, no kernels */
     assert_int_equal(kvc_matmul(pool, &bad, 1, 576, x, 576, 1), KVC_ERR_ARG);
     kvc_pool_free(pool);
     free(x), free(src), free(yv);
@@ -788,6 +795,7 @@ int main(void) {
         {"q4_k", test_type, NULL, NULL, (void *)&all_types[6]},
         {"q5_k", test_type, NULL, NULL, (void *)&all_types[7]},
         {"q6_k", test_type, NULL, NULL, (void *)&all_types[8]},
+        {"q5_0", test_type, NULL, NULL, (void *)&all_types[9]},
         cmocka_unit_test(test_quantize_roundtrip),
         cmocka_unit_test(test_ggml_blocks),
         cmocka_unit_test(test_unknown_types),

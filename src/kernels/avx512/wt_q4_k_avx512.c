@@ -1,66 +1,24 @@
-/* AVX-512 (VNNI) kernels for Q4_K weights: dot with a Q8_K-prepared
- * activation. Per super-block: 128 nibble bytes in two zmm, low/high nibbles
- * regrouped with 128-bit lane shuffles so each zmm holds two consecutive
- * sub-blocks (64 elements, matching 64 activation bytes), vpmaddubsw then
- * vpdpwssd with the sub-block scales widened to int16, one FMA per
- * super-block; mins via vpmaddwd of the activation's 16-sums.
- * Reference: src/model/wt_q4_k.c. */
-#include "kernels/avx512/wt_avx512_util.h"
-#include "model/wt_kernels.h"
+/* AVX-512 (VNNI) kernels for Q4_K weights (the bulk of a Q4_K_M model): dot with a Q8_K-prepared activation
+ * and the batched dot of kvc_matmul, both over the unpacked super-blocks of
+ * wt_kquant_avx512.h (vpmaddubsw, then vpdpwssd with the int16 scales, one
+ * FMA per super-block). Reference: src/model/wt_q4_k.c. */
+#include "kernels/avx512/wt_kquant_avx512.h"
 
-/* words 0..7 = 6-bit scales, words 8..15 = 6-bit mins */
-KVC_AINLINE __m256i unpack_scales_mins(const uint8_t *s) {
-    uint8_t scm[16];
-    kvc_q4k_unpack(s, scm);
-    return _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)scm));
+KVC_AINLINE void unpack_q4_k(const void *row, int64_t i, kq_sb *u) {
+    kq_unpack_q4_k((const kvc_blk_q4_k *)row + i, u);
 }
 
 static float dot_q4_k_q8_k_avx512(const void *row, const void *act, int64_t n) {
-    const kvc_blk_q4_k *b = row;
-    const int8_t *qa = kvc_act_q(act);
-    const float *da = kvc_act_q8_k_d(act, n);
-    const int16_t *bsum = kvc_act_q8_k_bsum(act, n);
-    const __m512i m4 = _mm512_set1_epi8(0x0f);
-    const __m512i sidx0 =
-        _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0x00010001, 0x00010001, 0x00010001, 0x00010001,
-                          0x00010001, 0x00010001, 0x00010001, 0x00010001);
-    const __m256i midx =
-        _mm256_setr_epi16(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m512 acc = _mm512_setzero_ps();
-    __m256 accm = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n / KVC_QKK; i++) {
-        const __m256i scm = unpack_scales_mins(b[i].scales);
-        const __m512i scm512 = _mm512_castsi256_si512(scm);
-        const int8_t *a = qa + i * KVC_QKK;
-        __m512i sum = _mm512_setzero_si512();
-        for (int h = 0; h < 2; h++) {
-            __m512i z = _mm512_loadu_si512(b[i].qs + 64 * h);
-            __m512i lo = _mm512_and_si512(z, m4),
-                    hi = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
-            __m512i x0 = _mm512_shuffle_i64x2(lo, hi, 0x44); /* sub-blocks 4h, 4h+1 */
-            __m512i x1 = _mm512_shuffle_i64x2(lo, hi, 0xee); /* sub-blocks 4h+2, 4h+3 */
-            __m512i s0 = _mm512_permutexvar_epi16(
-                _mm512_add_epi16(sidx0, _mm512_set1_epi16((short)(4 * h))), scm512);
-            __m512i s1 = _mm512_permutexvar_epi16(
-                _mm512_add_epi16(sidx0, _mm512_set1_epi16((short)(4 * h + 2))), scm512);
-            sum = _mm512_dpwssd_epi32(
-                sum, _mm512_maddubs_epi16(x0, _mm512_loadu_si512(a + 128 * h)), s0);
-            sum = _mm512_dpwssd_epi32(
-                sum, _mm512_maddubs_epi16(x1, _mm512_loadu_si512(a + 128 * h + 64)), s1);
-        }
-        __m256i mins = _mm256_permutexvar_epi16(midx, scm);
-        __m256i mp = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bsum + i * 16)), mins);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
-                              _mm512_set1_ps(kvc_f16_load_avx512(&b[i].d) * da[i]), acc);
-        accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mp),
-                               _mm256_set1_ps(kvc_f16_load_avx512(&b[i].dmin) * da[i]), accm);
-    }
-    __m128 m = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_movehdup_ps(m));
-    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
+    return kq_dot(KQ_MINS, unpack_q4_k, row, act, n);
+}
+
+static void dot_batch_q4_k_q8_k_avx512(const void *w, size_t stride, int64_t nrows,
+                                        const void *acts, size_t act_stride, int64_t m, int64_t n,
+                                        float *y, int64_t ldy) {
+    kq_batch(KQ_MINS, unpack_q4_k, w, stride, nrows, acts, act_stride, m, n, y, ldy);
 }
 
 void kvc_wt_register_q4_k_avx512(kvc_wtype *table) {
     table[KVC_WT_Q4_K].dot = dot_q4_k_q8_k_avx512;
+    table[KVC_WT_Q4_K].dot_batch = dot_batch_q4_k_q8_k_avx512;
 }
