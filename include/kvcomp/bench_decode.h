@@ -24,6 +24,7 @@ typedef struct kvc_bench_decode_row {
     double decode_s, decode_tok_s;
     double weights_s, attention_s, cache_s, other_s; /* decode steps only */
     kvc_cache_stats stats;
+    int64_t peak_rss; /* bytes, the process's peak during this method's run (base/rss.h) */
 } kvc_bench_decode_row;
 
 /* tokens: the text (at least 1 token), cycled to n_ctx + n_gen. */

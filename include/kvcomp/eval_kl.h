@@ -9,6 +9,15 @@
  * steps, so every scored logit comes from attention over the cache. The text
  * must hold n_ctx + n_cont + 1 tokens.
  *
+ * With n_windows > 1 all of that runs once per window: windows of n_ctx +
+ * n_cont tokens whose starts are spread evenly from the beginning to the end of
+ * the text (their scored continuations must not overlap). Each method gets its
+ * summary per window and pooled over all scored positions, and a 95% Student-t
+ * interval for the mean KL over the windows' means (kvc_mean_ci95: windows far
+ * apart are close to independent samples, the tokens of one window are not).
+ * Peak RSS is measured per method (over its windows), with the peak reset
+ * before each of its runs where the kernel allows it.
+ *
  * Optionally (dense_check) the cache is checked against dense attention with
  * full:f32, two ways, each as max |Δlogit| and mean KL over the scored
  * positions:
@@ -34,23 +43,31 @@ typedef struct kvc_eval_kl_params {
     int n_cont;    /* scored continuation tokens */
     int n_threads; /* <= 0: one per CPU */
     int n_batch;   /* prefill chunk; 0: 512 */
-    int dense_check;
+    int dense_check; /* on the first window */
+    int n_windows;   /* <= 1: one window at the start of the text */
 } kvc_eval_kl_params;
 
 typedef struct kvc_eval_kl_method {
     const char *spec;      /* borrowed from the caller */
     kvc_status status;     /* a method that failed is reported, the others still run */
     char error[256];
-    kvc_kl_summary q;      /* quality against the reference */
+    kvc_kl_summary q;      /* quality against the reference, all windows pooled */
+    kvc_kl_summary *win;   /* [n_windows]: per window */
+    double kl_ci95_lo, kl_ci95_hi; /* 95% interval of the mean KL over windows (NAN: one) */
     double max_abs_dlogit; /* max |logit - reference logit| over all scored positions */
     kvc_cache_stats stats; /* after the last decode step */
-    double seconds;        /* prefill + decode wall time */
+    double seconds;        /* prefill + decode wall time, all windows */
+    int64_t peak_rss;      /* bytes, the largest over its windows */
 } kvc_eval_kl_method;
 
 typedef struct kvc_eval_kl_report {
     int n_ctx, n_cont, n_vocab, n_threads;
-    double ref_ppl;                /* perplexity of full:f32 over the continuation */
+    int n_windows;
+    int *window_start;             /* [n_windows]: first context token of each window */
+    double *window_ref_ppl;        /* [n_windows] */
+    double ref_ppl;                /* perplexity of full:f32 over the continuations */
     double ref_seconds;
+    int64_t ref_peak_rss;
     kvc_cache_stats ref_stats;
     int dense_checked;             /* the dense check ran */
     double dense_max_abs_logit;    /* largest |reference logit|, for scale */

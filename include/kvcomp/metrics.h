@@ -58,4 +58,12 @@ typedef struct kvc_kl_summary {
 /* Summarises n positions (n > 0). scratch: n doubles. */
 void kvc_kl_summarize(const kvc_kl_pos *pos, int n, double *scratch, kvc_kl_summary *out);
 
+/* Two-sided 95% Student-t interval for the mean of n independent samples
+ * (mean -/+ t(0.975, n-1) * sd / sqrt(n), sd with n-1): *lo = *hi = NAN when n < 2.
+ * eval kl applies it to the mean KL of continuation windows far apart in a text
+ * (tokens within one window are correlated, so they are not the samples). */
+void kvc_mean_ci95(const double *x, int n, double *lo, double *hi);
+/* The 0.975 quantile of Student's t with df >= 1 degrees of freedom. */
+double kvc_t975(int df);
+
 #endif

@@ -1,15 +1,16 @@
 /* A one-line progress indicator for long runs (eval, bench, dump-kv): on a
- * terminal it redraws "label  done/total  pct  elapsed  eta" in place on
- * stderr at most ten times a second; when stderr is not a terminal (piped,
- * redirected, CI) it prints nothing. KVC_PROGRESS=0 silences it on a terminal
- * too, KVC_PROGRESS=1 forces it (for testing the drawing). */
+ * terminal it redraws "label  done/total  pct  rate/s  elapsed  eta" in place
+ * on stderr at most ten times a second; when stderr is not a terminal (a log
+ * file, CI) it prints that line plainly every 30 seconds, so short runs stay
+ * quiet and a long evaluation's log shows how far it got. KVC_PROGRESS=0
+ * silences it, KVC_PROGRESS=1 forces the redrawn line (for testing the drawing). */
 #ifndef KVCOMP_PROGRESS_H
 #define KVCOMP_PROGRESS_H
 
 #include <stdint.h>
 
 typedef struct kvc_progress {
-    int active;       /* drawing at all */
+    int active;       /* 0 silent, 1 redrawn line, 2 a plain line now and then */
     int drawn;        /* something is on the line (needs clearing) */
     int64_t total;    /* <= 0: unknown, no percentage or eta */
     double t0, last;  /* start and last draw, seconds */

@@ -1,4 +1,5 @@
-/* Progress line on a terminal, silent when piped. See include/kvcomp/progress.h. */
+/* Progress line on a terminal; a plain line now and then when logged. See
+ * include/kvcomp/progress.h. */
 #include "kvcomp/progress.h"
 
 #include <stdio.h>
@@ -19,11 +20,13 @@ double kvc_cpu_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int progress_wanted(void) {
+/* 0: silent, 1: redrawn line (terminal), 2: a plain line every LOG_EVERY_S (logged). */
+enum { LOG_EVERY_S = 30 };
+static int progress_mode(void) {
     const char *e = getenv("KVC_PROGRESS");
     if (e && e[0] == '0') return 0;
     if (e && e[0] == '1') return 1;
-    return isatty(fileno(stderr));
+    return isatty(fileno(stderr)) ? 1 : 2;
 }
 
 static void format_secs(char *buf, size_t cap, double s) {
@@ -41,34 +44,38 @@ static void format_secs(char *buf, size_t cap, double s) {
 static void draw(kvc_progress *p, int64_t done, double now) {
     char el[16], eta[16];
     double elapsed = now - p->t0;
+    double rate = elapsed > 0 ? (double)done / elapsed : 0;
+    const char *start = p->active == 1 ? "\r\033[K" : "", *end = p->active == 1 ? "" : "\n";
     format_secs(el, sizeof el, elapsed);
     if (p->total > 0) {
         double frac = (double)done / (double)p->total;
         if (frac > 1) frac = 1;
         format_secs(eta, sizeof eta, done > 0 ? elapsed * (1 - frac) / frac : -1);
-        fprintf(stderr, "\r\033[K%s  %lld/%lld  %3.0f%%  %s  eta %s", p->label, (long long)done,
-                (long long)p->total, 100 * frac, el, eta);
+        fprintf(stderr, "%s%s  %lld/%lld  %3.0f%%  %.1f/s  %s  eta %s%s", start, p->label,
+                (long long)done, (long long)p->total, 100 * frac, rate, el, eta, end);
     } else {
-        fprintf(stderr, "\r\033[K%s  %lld  %s", p->label, (long long)done, el);
+        fprintf(stderr, "%s%s  %lld  %.1f/s  %s%s", start, p->label, (long long)done, rate, el,
+                end);
     }
     fflush(stderr);
-    p->drawn = 1;
+    p->drawn = p->active == 1;
     p->last = now;
 }
 
 void kvc_progress_begin(kvc_progress *p, const char *label, int64_t total) {
     memset(p, 0, sizeof *p);
-    p->active = progress_wanted();
+    p->active = progress_mode();
     p->total = total;
     snprintf(p->label, sizeof p->label, "%s", label ? label : "");
     p->t0 = p->last = kvc_now_s();
-    if (p->active) draw(p, 0, p->t0);
+    if (p->active == 1) draw(p, 0, p->t0);
 }
 
 void kvc_progress_update(kvc_progress *p, int64_t done) {
     if (!p->active) return;
     double now = kvc_now_s();
-    if (now - p->last < 0.1 && done < p->total) return;
+    if (p->active == 2 ? now - p->last < LOG_EVERY_S : now - p->last < 0.1 && done < p->total)
+        return;
     draw(p, done, now);
 }
 

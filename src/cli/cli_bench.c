@@ -302,7 +302,7 @@ static const char k_decode_usage[] =
     "                           [-t N] [-b N] [--json]\n\n"
     "End-to-end speed: prefill --ctx tokens of a text (repeated if short), then -n decode\n"
     "steps; decode tokens/s with the time split into weights, attention, cache management\n"
-    "and the rest, for every method of --kv.\n\n"
+    "and the rest, and the peak RSS of the process during the run, for every method of --kv.\n\n"
     "options:\n"
     "  -m, --model FILE   GGUF model (default " KVC_DEFAULT_MODEL ")\n"
     "      --ctx N        context tokens before decoding (default 8192)\n"
@@ -379,6 +379,7 @@ static int bench_decode(int argc, char **argv) {
                 kvc_json_kv_num(&j, "attention_s", r->attention_s);
                 kvc_json_kv_num(&j, "cache_s", r->cache_s);
                 kvc_json_kv_num(&j, "other_s", r->other_s);
+                kvc_json_kv_int(&j, "peak_rss_bytes", r->peak_rss);
                 kvc_report_stats_json(&j, "cache", &r->stats);
                 kvc_json_obj_end(&j);
             }
@@ -389,8 +390,8 @@ static int bench_decode(int argc, char **argv) {
             printf("bench decode: %s | ctx %d, %d decode steps | %d threads, %s\n",
                    *info.name ? info.name : model, n_ctx, n_gen, n_threads,
                    kvc_isa_name(kvc_active_isa()));
-            printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s\n", "method", "prefill t/s",
-                   "decode t/s", "ms/token", "weights%", "attn%", "cache%", "other%");
+            printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s %10s\n", "method", "prefill t/s",
+                   "decode t/s", "ms/token", "weights%", "attn%", "cache%", "other%", "RSS MiB");
             for (int k = 0; k < n_specs; k++) {
                 const kvc_bench_decode_row *r = &rows[k];
                 if (r->status != KVC_OK) {
@@ -398,10 +399,10 @@ static int bench_decode(int argc, char **argv) {
                     continue;
                 }
                 double d = r->decode_s;
-                printf("%-22s %10.1f %10.2f %10.2f %10.1f %10.1f %10.1f %10.1f\n", r->spec,
+                printf("%-22s %10.1f %10.2f %10.2f %10.1f %10.1f %10.1f %10.1f %10.0f\n", r->spec,
                        r->prefill_tok_s, r->decode_tok_s, 1e3 * d / n_gen,
                        100 * r->weights_s / d, 100 * r->attention_s / d, 100 * r->cache_s / d,
-                       100 * r->other_s / d);
+                       100 * r->other_s / d, r->peak_rss / 1048576.0);
             }
         }
         for (int k = 0; k < n_specs; k++) rc |= rows[k].status != KVC_OK;

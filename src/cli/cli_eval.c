@@ -15,24 +15,29 @@
 
 typedef struct eval_opts {
     const char *model, *text, *kv, *plot, *task;
-    int ctx, cont, threads, batch, json, dense_check, len, samples, verbose;
-    uint64_t seed;
+    int ctx, cont, threads, batch, json, dense_check, len, samples, verbose, windows;
+    long long seed;
 } eval_opts;
 
 static const char k_kl_usage[] =
-    "usage: kvcomp eval kl [-m MODEL] [--text FILE] [--ctx N] [--cont N] [--kv A,B,...]\n"
-    "                      [-t N] [-b N] [--dense-check] [--json] [--plot OUT.png]\n\n"
+    "usage: kvcomp eval kl [-m MODEL] [--text FILE] [--ctx N] [--cont N] [--windows N]\n"
+    "                      [--kv A,B,...] [-t N] [-b N] [--dense-check] [--json]\n"
+    "                      [--plot OUT.png]\n\n"
     "Prefills --ctx tokens of a text (chunks of -b attend to the compressed past), then\n"
     "teacher-forces --cont tokens through decode with every method of --kv and once with\n"
     "full:f32 as the reference. Reports, per method, what llama.cpp's perplexity tool\n"
     "reports for quantization: KL divergence (mean, median, p99, max), same-top-token rate,\n"
     "change of the true token's probability (mean, rms), perplexity ratio; plus bytes per\n"
-    "token and bits per element of the cache.\n\n"
+    "token and bits per element of the cache, and the process's peak RSS during each method.\n"
+    "With --windows N the whole evaluation runs on N windows spread evenly over the text:\n"
+    "results per window, pooled over all scored tokens, and a 95% t-interval of the mean KL\n"
+    "over the windows (the windows are the samples; the tokens of one window are not).\n\n"
     "options:\n"
     "  -m, --model FILE     GGUF model (default " KVC_DEFAULT_MODEL ")\n"
     "      --text FILE      text to evaluate on (default " KVC_DEFAULT_TEXT ")\n"
     "      --ctx N          context tokens (default 8192)\n"
     "      --cont N         scored continuation tokens (default 256)\n"
+    "      --windows N      continuation windows spread over the text (default 1)\n"
     "      --kv LIST        methods, comma-separated (default full:f16,full:bf16)\n"
     "  -t, --threads N      worker threads (default: one per CPU)\n"
     "  -b, --batch-size N   prefill chunk (default 512)\n"
@@ -77,6 +82,7 @@ static int parse(int argc, char **argv, eval_opts *o, int ruler) {
     const kvc_opt kl[] = {
         KVC_INT_OPT("-c", "--ctx", &o->ctx, 1, 1 << 22),
         KVC_INT_OPT(NULL, "--cont", &o->cont, 1, 1 << 16),
+        KVC_INT_OPT(NULL, "--windows", &o->windows, 1, 4096),
         KVC_SWITCH_OPT("--dense-check", &o->dense_check),
     };
     const kvc_opt rl[] = {
@@ -154,11 +160,13 @@ static void print_plot(const char *path, const char *title, const char *ylabel,
 static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_report *r) {
     char hb[32];
     kvc_report_human_bytes(kvc_report_held_bytes(&r->ref_stats), hb, sizeof hb);
-    printf("eval kl: %s | text %s | ctx %d + cont %d tokens | %d threads, %s\n",
-           *s->info.name ? s->info.name : o->model, o->text, r->n_ctx, r->n_cont, r->n_threads,
-           kvc_isa_name(kvc_active_isa()));
-    printf("reference full:f32: ppl %.4f | %.0f bytes/token | cache %s | %.1f s\n", r->ref_ppl,
-           r->ref_stats.bytes_per_token, hb, r->ref_seconds);
+    printf("eval kl: %s | text %s | ctx %d + cont %d tokens x %d window%s | %d threads, %s\n",
+           *s->info.name ? s->info.name : o->model, o->text, r->n_ctx, r->n_cont, r->n_windows,
+           r->n_windows > 1 ? "s" : "", r->n_threads, kvc_isa_name(kvc_active_isa()));
+    printf("reference full:f32: ppl %.4f | %.0f bytes/token | cache %s | peak RSS %.0f MiB | "
+           "%.1f s\n",
+           r->ref_ppl, r->ref_stats.bytes_per_token, hb, r->ref_peak_rss / 1048576.0,
+           r->ref_seconds);
     if (r->dense_checked) {
         printf("dense check (full:f32, max |logit| %.3g):\n", r->dense_max_abs_logit);
         printf("  decode through the cache vs the same tokens as one prompt chunk: max |dlogit| "
@@ -168,19 +176,39 @@ static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_
                "%.3g, KL mean %.3g\n",
                r->chunked_max_abs_dlogit, r->chunked_kl_mean);
     }
-    printf("\n%-24s %9s %7s %6s %10s %10s %10s %10s %7s %9s %8s %9s %7s\n", "method",
-           "bytes/tok", "bits/el", "x f16", "KL mean", "KL median", "KL p99", "KL max", "same%",
-           "dp mean", "dp rms", "ppl ratio", "time s");
+    printf("\n%-24s %9s %7s %6s %10s %21s %10s %10s %10s %7s %9s %8s %9s %8s %7s\n", "method",
+           "bytes/tok", "bits/el", "x f16", "KL mean", "KL mean 95% CI", "KL median", "KL p99",
+           "KL max", "same%", "dp mean", "dp rms", "ppl ratio", "RSS MiB", "time s");
     for (int k = 0; k < r->n_methods; k++) {
         const kvc_eval_kl_method *m = &r->methods[k];
         if (m->status != KVC_OK) {
             printf("%-24s failed: %s\n", m->spec, m->error);
             continue;
         }
-        printf("%-24s %9.1f %7.2f %6.2f %10.3g %10.3g %10.3g %10.3g %7.2f %9.2e %8.2e %9.5f %7.1f\n",
+        char ci[32] = "-";
+        if (!isnan(m->kl_ci95_lo)) snprintf(ci, sizeof ci, "[%.3g, %.3g]", m->kl_ci95_lo, m->kl_ci95_hi);
+        printf("%-24s %9.1f %7.2f %6.2f %10.3g %21s %10.3g %10.3g %10.3g %7.2f %9.2e %8.2e %9.5f "
+               "%8.0f %7.1f\n",
                m->spec, m->stats.bytes_per_token, m->stats.bits_per_element,
-               m->stats.ratio_vs_f16, m->q.kl.mean, m->q.kl.median, m->q.kl.p99, m->q.kl.max,
-               100 * m->q.same_top, m->q.dp_mean, m->q.dp_rms, m->q.ppl_ratio, m->seconds);
+               m->stats.ratio_vs_f16, m->q.kl.mean, ci, m->q.kl.median, m->q.kl.p99, m->q.kl.max,
+               100 * m->q.same_top, m->q.dp_mean, m->q.dp_rms, m->q.ppl_ratio,
+               m->peak_rss / 1048576.0, m->seconds);
+    }
+    if (r->n_windows < 2) return;
+    printf("\nper window: KL mean (same-top %%); reference ppl\n%-24s", "window start (token)");
+    for (int w = 0; w < r->n_windows; w++)
+        printf(" %18d", r->window_start[w]);
+    printf("\n%-24s", "full:f32 ppl");
+    for (int w = 0; w < r->n_windows; w++)
+        printf(" %18.4f", r->window_ref_ppl[w]);
+    printf("\n");
+    for (int k = 0; k < r->n_methods; k++) {
+        const kvc_eval_kl_method *m = &r->methods[k];
+        if (m->status != KVC_OK) continue;
+        printf("%-24s", m->spec);
+        for (int w = 0; w < r->n_windows; w++)
+            printf(" %10.3g (%5.1f)", m->win[w].kl.mean, 100 * m->win[w].same_top);
+        printf("\n");
     }
 }
 
@@ -194,6 +222,15 @@ static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_r
     kvc_json_kv_str(&j, "text", o->text);
     kvc_json_kv_int(&j, "ctx", r->n_ctx);
     kvc_json_kv_int(&j, "cont", r->n_cont);
+    kvc_json_key(&j, "windows");
+    kvc_json_arr_begin(&j);
+    for (int w = 0; w < r->n_windows; w++) {
+        kvc_json_obj_begin(&j);
+        kvc_json_kv_int(&j, "start", r->window_start[w]);
+        kvc_json_kv_num(&j, "ref_ppl", r->window_ref_ppl[w]);
+        kvc_json_obj_end(&j);
+    }
+    kvc_json_arr_end(&j);
     kvc_json_kv_int(&j, "batch", o->batch > 0 ? o->batch : 512);
     kvc_report_machine_json(&j, r->n_threads);
     kvc_json_key(&j, "reference");
@@ -201,6 +238,7 @@ static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_r
     kvc_json_kv_str(&j, "spec", "full:f32");
     kvc_json_kv_num(&j, "ppl", r->ref_ppl);
     kvc_json_kv_num(&j, "seconds", r->ref_seconds);
+    kvc_json_kv_int(&j, "peak_rss_bytes", r->ref_peak_rss);
     kvc_report_stats_json(&j, "cache", &r->ref_stats);
     kvc_json_obj_end(&j);
     kvc_json_key(&j, "dense_check");
@@ -236,7 +274,27 @@ static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_r
         kvc_json_kv_num(&j, "median", m->q.kl.median);
         kvc_json_kv_num(&j, "p99", m->q.kl.p99);
         kvc_json_kv_num(&j, "max", m->q.kl.max);
+        kvc_json_key(&j, "mean_ci95");
+        if (isnan(m->kl_ci95_lo)) {
+            kvc_json_null(&j);
+        } else {
+            kvc_json_arr_begin(&j);
+            kvc_json_num(&j, m->kl_ci95_lo);
+            kvc_json_num(&j, m->kl_ci95_hi);
+            kvc_json_arr_end(&j);
+        }
         kvc_json_obj_end(&j);
+        kvc_json_key(&j, "windows");
+        kvc_json_arr_begin(&j);
+        for (int w = 0; w < r->n_windows; w++) {
+            kvc_json_obj_begin(&j);
+            kvc_json_kv_num(&j, "kl_mean", m->win[w].kl.mean);
+            kvc_json_kv_num(&j, "same_top", m->win[w].same_top);
+            kvc_json_kv_num(&j, "ppl_ratio", m->win[w].ppl_ratio);
+            kvc_json_obj_end(&j);
+        }
+        kvc_json_arr_end(&j);
+        kvc_json_kv_int(&j, "peak_rss_bytes", m->peak_rss);
         kvc_json_kv_num(&j, "same_top", m->q.same_top);
         kvc_json_kv_num(&j, "dp_mean", m->q.dp_mean);
         kvc_json_kv_num(&j, "dp_rms", m->q.dp_rms);
@@ -265,7 +323,7 @@ static int eval_kl(int argc, char **argv) {
     int32_t *toks = NULL;
     int n_toks = 0;
     kvc_eval_kl_report r;
-    kvc_eval_kl_params p = {o.ctx, o.cont, o.threads, o.batch, o.dense_check};
+    kvc_eval_kl_params p = {o.ctx, o.cont, o.threads, o.batch, o.dense_check, o.windows};
     if (kvc_tokenize_all(s.m, s.text, s.text_len, &toks, &n_toks) != KVC_OK ||
         kvc_eval_kl_run(s.m, toks, n_toks, &p, s.specs, s.n_specs, &r) != KVC_OK) {
         fprintf(stderr, "kvcomp eval kl: %s\n", kvc_last_error());

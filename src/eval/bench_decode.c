@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rss.h"
 #include "kvcomp/progress.h"
 #include "base/status.h"
 
@@ -73,7 +74,9 @@ kvc_status kvc_bench_decode_run(kvc_model *m, const int32_t *tokens, int n_token
         memset(r, 0, sizeof *r);
         r->spec = specs[k];
         kvc_clear_error();
+        kvc_peak_rss_reset();
         r->status = run_one(m, seq, p, specs[k], logits, &prog, (int64_t)k * total, r);
+        r->peak_rss = kvc_peak_rss_bytes();
         if (r->status != KVC_OK) snprintf(r->error, sizeof r->error, "%s", kvc_last_error());
     }
     kvc_progress_end(&prog);

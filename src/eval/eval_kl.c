@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/rss.h"
 #include "kvcomp/progress.h"
 #include "base/status.h"
 
@@ -159,8 +160,73 @@ static kvc_status dense_check(kl_job *job, const float *ref, kvc_eval_kl_report 
 }
 
 void kvc_eval_kl_report_free(kvc_eval_kl_report *rep) {
+    for (int k = 0; rep->methods && k < rep->n_methods; k++)
+        free(rep->methods[k].win);
     free(rep->methods);
+    free(rep->window_start);
+    free(rep->window_ref_ppl);
     memset(rep, 0, sizeof *rep);
+}
+
+/* Window starts spread evenly over the text; the scored continuations must not overlap. */
+static kvc_status place_windows(const kvc_eval_kl_params *p, int n_tokens, int n_windows,
+                                int *start) {
+    const int64_t need = (int64_t)p->n_ctx + p->n_cont + 1;
+    KVC_CHECK(need <= n_tokens, KVC_ERR_RANGE,
+              "eval kl: the text has %d tokens; --ctx %d + --cont %d needs %lld", n_tokens, p->n_ctx,
+              p->n_cont, (long long)need);
+    const int64_t span = n_tokens - need;
+    KVC_CHECK(n_windows == 1 || span / (n_windows - 1) >= p->n_cont, KVC_ERR_RANGE,
+              "eval kl: the text has %d tokens; --windows %d of --ctx %d + --cont %d with "
+              "continuations that do not overlap need %lld",
+              n_tokens, n_windows, p->n_ctx, p->n_cont,
+              (long long)(need + (int64_t)(n_windows - 1) * p->n_cont));
+    for (int w = 0; w < n_windows; w++)
+        start[w] = n_windows == 1 ? 0 : (int)(span * w / (n_windows - 1));
+    return KVC_OK;
+}
+
+/* The reference on one window: its logits into ref, its perplexity into *ppl. */
+static kvc_status reference_window(kl_job *job, float *ref, float *logits, float *lp,
+                                   kvc_eval_kl_report *rep, double *nll_sum, double *ppl) {
+    const kvc_eval_kl_params *p = job->p;
+    const size_t nv = (size_t)job->n_vocab;
+    ref_store rs = {ref, nv};
+    double seconds = 0;
+    kvc_peak_rss_reset();
+    KVC_TRY(run_one(job, "full:f32", logits, store_ref, &rs, &rep->ref_stats, &seconds));
+    int64_t rss = kvc_peak_rss_bytes();
+    rep->ref_peak_rss = rss > rep->ref_peak_rss ? rss : rep->ref_peak_rss;
+    rep->ref_seconds += seconds;
+    double nll = 0;
+    for (int i = 0; i < p->n_cont; i++) {
+        kvc_log_softmax(ref + (size_t)i * nv, (int)nv, lp);
+        nll -= lp[job->tokens[p->n_ctx + 1 + i]];
+    }
+    *nll_sum += nll;
+    *ppl = exp(nll / p->n_cont);
+    return KVC_OK;
+}
+
+/* Method k on one window: its positions go to pos, its window summary to r->win[w]. */
+static void method_window(kl_job *job, kvc_eval_kl_method *r, int w, const float *ref,
+                          float *logits, float *ref_lp, float *scratch, kvc_kl_pos *pos,
+                          double *dscratch) {
+    const kvc_eval_kl_params *p = job->p;
+    cmp_state cs = {ref, job->tokens + p->n_ctx + 1, (size_t)job->n_vocab, ref_lp, scratch, pos, 0};
+    double seconds = 0;
+    kvc_clear_error();
+    kvc_peak_rss_reset();
+    r->status = run_one(job, r->spec, logits, compare, &cs, &r->stats, &seconds);
+    int64_t rss = kvc_peak_rss_bytes();
+    r->peak_rss = rss > r->peak_rss ? rss : r->peak_rss;
+    r->seconds += seconds;
+    if (r->status != KVC_OK) {
+        snprintf(r->error, sizeof r->error, "%s", kvc_last_error());
+        return;
+    }
+    if (cs.max_abs > r->max_abs_dlogit) r->max_abs_dlogit = cs.max_abs;
+    kvc_kl_summarize(pos, p->n_cont, dscratch, &r->win[w]);
 }
 
 kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
@@ -169,62 +235,63 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
     memset(rep, 0, sizeof *rep);
     KVC_CHECK(p->n_ctx >= 1 && p->n_cont >= 1, KVC_ERR_ARG,
               "eval kl: --ctx %d and --cont %d must both be >= 1", p->n_ctx, p->n_cont);
-    KVC_CHECK((int64_t)p->n_ctx + p->n_cont + 1 <= n_tokens, KVC_ERR_RANGE,
-              "eval kl: the text has %d tokens; --ctx %d + --cont %d needs %d", n_tokens, p->n_ctx,
-              p->n_cont, p->n_ctx + p->n_cont + 1);
+    const int W = p->n_windows > 1 ? p->n_windows : 1;
     kvc_model_info info;
     kvc_model_info_get(m, &info);
-    const size_t nv = (size_t)info.n_vocab;
+    const size_t nv = (size_t)info.n_vocab, npos = (size_t)W * (size_t)p->n_cont;
     rep->n_ctx = p->n_ctx;
     rep->n_cont = p->n_cont;
     rep->n_vocab = info.n_vocab;
+    rep->n_windows = W;
     rep->n_threads = kvc_threads_resolve(p->n_threads);
+    rep->window_start = malloc(sizeof(int) * (size_t)W);
+    rep->window_ref_ppl = malloc(sizeof(double) * (size_t)W);
     rep->methods = calloc((size_t)(n_specs > 0 ? n_specs : 1), sizeof *rep->methods);
+    rep->n_methods = rep->methods ? n_specs : 0;
     float *ref = malloc(sizeof(float) * nv * (size_t)p->n_cont);
     float *logits = malloc(sizeof(float) * nv);
     float *ref_lp = malloc(sizeof(float) * nv);
     float *scratch = malloc(sizeof(float) * nv);
-    kvc_kl_pos *pos = malloc(sizeof(kvc_kl_pos) * (size_t)p->n_cont);
-    double *dscratch = malloc(sizeof(double) * (size_t)p->n_cont);
-    kvc_status st = KVC_OK;
-    if (!rep->methods || !ref || !logits || !ref_lp || !scratch || !pos || !dscratch)
-        st = kvc_fail(KVC_ERR_NOMEM, "eval kl: no memory for %d x %zu reference logits",
-                      p->n_cont, nv);
+    kvc_kl_pos *pos = malloc(sizeof(kvc_kl_pos) * npos * (size_t)(n_specs > 0 ? n_specs : 1));
+    double *dscratch = malloc(sizeof(double) * (npos > (size_t)W ? npos : (size_t)W));
+    int ok = rep->window_start && rep->window_ref_ppl && rep->methods && ref && logits &&
+             ref_lp && scratch && pos && dscratch;
+    for (int k = 0; ok && k < n_specs; k++) {
+        rep->methods[k].spec = specs[k];
+        ok = (rep->methods[k].win = calloc((size_t)W, sizeof(kvc_kl_summary))) != NULL;
+    }
+    kvc_status st = ok ? place_windows(p, n_tokens, W, rep->window_start)
+                       : kvc_fail(KVC_ERR_NOMEM, "eval kl: no memory for %d x %zu reference logits",
+                                  p->n_cont, nv);
 
     kvc_progress prog;
-    int64_t per_run = (int64_t)p->n_ctx + p->n_cont;
-    kvc_progress_begin(&prog, "eval kl", per_run * (n_specs + 1 + (p->dense_check ? 2 : 0)));
+    const int64_t per_run = (int64_t)p->n_ctx + p->n_cont;
+    const int64_t per_window = per_run * (n_specs + 1);
+    kvc_progress_begin(&prog, "eval kl", per_window * W + (p->dense_check ? 2 * per_run : 0));
     kl_job job = {m, tokens, p, info.n_vocab, &prog, 0};
-
-    if (st == KVC_OK) { /* the reference, once */
-        ref_store rs = {ref, nv};
-        st = run_one(&job, "full:f32", logits, store_ref, &rs, &rep->ref_stats, &rep->ref_seconds);
-        if (st == KVC_OK) {
-            double nll = 0;
-            for (int i = 0; i < p->n_cont; i++) {
-                kvc_log_softmax(ref + (size_t)i * nv, (int)nv, ref_lp);
-                nll -= ref_lp[tokens[p->n_ctx + 1 + i]];
-            }
-            rep->ref_ppl = exp(nll / p->n_cont);
+    double nll = 0;
+    for (int w = 0; st == KVC_OK && w < W; w++) {
+        job.tokens = tokens + rep->window_start[w];
+        st = reference_window(&job, ref, logits, ref_lp, rep, &nll, &rep->window_ref_ppl[w]);
+        if (st == KVC_OK && p->dense_check && w == 0)
+            st = dense_check(&job, ref, rep, ref_lp, scratch);
+        for (int k = 0; st == KVC_OK && k < n_specs; k++) {
+            kvc_eval_kl_method *r = &rep->methods[k];
+            if (r->status == KVC_OK)
+                method_window(&job, r, w, ref, logits, ref_lp, scratch,
+                              pos + (size_t)k * npos + (size_t)w * p->n_cont, dscratch);
+            job.done = per_window * w + per_run * (k + 2) + (p->dense_check ? 2 * per_run : 0);
         }
     }
-    if (st == KVC_OK && p->dense_check) st = dense_check(&job, ref, rep, ref_lp, scratch);
-
-    for (int k = 0; st == KVC_OK && k < n_specs; k++) {
+    if (st == KVC_OK) rep->ref_ppl = exp(nll / (double)npos);
+    for (int k = 0; st == KVC_OK && k < n_specs; k++) { /* pooled, and the interval */
         kvc_eval_kl_method *r = &rep->methods[k];
-        r->spec = specs[k];
-        cmp_state cs = {ref, tokens + p->n_ctx + 1, nv, ref_lp, scratch, pos, 0};
-        kvc_clear_error();
-        r->status = run_one(&job, specs[k], logits, compare, &cs, &r->stats, &r->seconds);
-        if (r->status != KVC_OK) {
-            snprintf(r->error, sizeof r->error, "%s", kvc_last_error());
-            job.done = per_run * (k + 2 + (p->dense_check ? 2 : 0)); /* skip its share */
-            continue;
-        }
-        r->max_abs_dlogit = cs.max_abs;
-        kvc_kl_summarize(pos, p->n_cont, dscratch, &r->q);
+        if (r->status != KVC_OK) continue;
+        kvc_kl_summarize(pos + (size_t)k * npos, (int)npos, dscratch, &r->q);
+        for (int w = 0; w < W; w++)
+            dscratch[w] = r->win[w].kl.mean;
+        kvc_mean_ci95(dscratch, W, &r->kl_ci95_lo, &r->kl_ci95_hi);
     }
-    rep->n_methods = n_specs;
     kvc_progress_end(&prog);
     free(ref);
     free(logits);

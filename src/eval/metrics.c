@@ -100,3 +100,28 @@ void kvc_kl_summarize(const kvc_kl_pos *pos, int n, double *scratch, kvc_kl_summ
     out->ppl_method = exp(nll_m / n);
     out->ppl_ratio = exp((nll_m - nll_r) / n);
 }
+
+double kvc_t975(int df) {
+    /* exact to 3 decimals for df <= 30 (standard tables); beyond, the Cornish-Fisher
+     * expansion around the normal quantile (error below 1e-4 there) */
+    static const double tab[31] = {NAN,   12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365,
+                                   2.306, 2.262,  2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+                                   2.120, 2.110,  2.101, 2.093, 2.086, 2.080, 2.074, 2.069,
+                                   2.064, 2.060,  2.056, 2.052, 2.048, 2.045, 2.042};
+    if (df < 1) return NAN;
+    if (df <= 30) return tab[df];
+    const double z = 1.959963984540054, v = df;
+    return z + (z * z * z + z) / (4 * v) + (5 * pow(z, 5) + 16 * z * z * z + 3 * z) / (96 * v * v);
+}
+
+void kvc_mean_ci95(const double *x, int n, double *lo, double *hi) {
+    *lo = *hi = NAN;
+    if (n < 2) return;
+    double mean = 0, ss = 0;
+    for (int i = 0; i < n; i++) mean += x[i];
+    mean /= n;
+    for (int i = 0; i < n; i++) ss += (x[i] - mean) * (x[i] - mean);
+    double half = kvc_t975(n - 1) * sqrt(ss / (n - 1) / n);
+    *lo = mean - half;
+    *hi = mean + half;
+}

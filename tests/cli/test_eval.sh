@@ -2,7 +2,8 @@
 # The measuring commands end to end on the real model, small sizes: eval kl
 # (JSON fields present; full:f32 against the full:f32 reference gives KL 0 and
 # ppl ratio 1; full:f16 with small chunks gives a KL that is small but not
-# zero), eval ruler (JSON, scores in [0, 1], both methods scored on every
+# zero; --windows: per-window results, pooled mean = mean of the windows', the
+# interval around it), eval ruler (JSON, scores in [0, 1], both methods scored on every
 # sample), the table and the PNG, methods --json, bench bw/attn/decode JSON,
 # dump-kv -> bench attn --dump, and bad
 # flags (exit 2 with a message naming the flag). Asserts behaviour, not speed.
@@ -95,6 +96,28 @@ if command -v gnuplot >/dev/null; then
     if [[ -s "$TMP/kl.png" ]] && head -c 8 "$TMP/kl.png" | grep -q PNG; then ok "eval kl --plot PNG"
     else bad "eval kl --plot: no PNG"; cat "$TMP/kl_table.err"; fi
 fi
+
+# --windows: three windows spread over the text, per window and pooled, the t-interval
+run kl_win "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 64 --cont 8 --windows 3 -t 1 \
+    --kv "full:f32,full:f16,block=16" --json
+check "eval kl --windows JSON" "$TMP/kl_win.out" '
+w = d["windows"]
+assert len(w) == 3 and w[0]["start"] == 0 and w[0]["start"] < w[1]["start"] < w[2]["start"], w
+assert w[2]["start"] - w[1]["start"] >= 8 and all(x["ref_ppl"] > 1 for x in w)
+assert d["reference"]["peak_rss_bytes"] > 0
+m = {x["spec"]: x for x in d["methods"]}
+for x in m.values():
+    assert len(x["windows"]) == 3 and x["peak_rss_bytes"] > 0
+    pooled, per = x["kl"]["mean"], [v["kl_mean"] for v in x["windows"]]
+    assert abs(pooled - sum(per) / 3) <= 1e-9 + 1e-9 * abs(pooled), (pooled, per)
+    lo, hi = x["kl"]["mean_ci95"]
+    assert lo <= pooled <= hi, (lo, pooled, hi)
+assert all(abs(v) < 1e-6 for v in m["full:f32"]["kl"]["mean_ci95"])
+assert m["full:f16,block=16"]["kl"]["mean_ci95"][1] > 0
+'
+expect 1 "--windows 50 .*need [0-9]+" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 30000 \
+    --cont 256 --windows 50
+expect 2 "--windows" "$KVCOMP" eval kl --windows 0
 
 # ---- eval ruler ----
 run ruler "$KVCOMP" eval ruler -m "$MODEL" --text "$TEXT" --task niah_single,vt --len 400 -t 1 \

@@ -130,8 +130,33 @@ static void test_spec_list(void **state) {
     assert_non_null(strstr(kvc_last_error(), "more than 2"));
 }
 
+/* 95% t-interval: a hand-computed case, the table and its large-df continuation. */
+static void test_mean_ci95(void **state) {
+    (void)state;
+    const double x[4] = {1, 2, 3, 4};
+    double lo, hi;
+    kvc_mean_ci95(x, 4, &lo, &hi);
+    /* mean 2.5, sd sqrt(5/3), t(0.975, 3) = 3.182: half-width 3.182 * sqrt(5/3) / 2 */
+    const double half = 3.182 * sqrt(5.0 / 3.0) / 2;
+    assert_float_equal(lo, 2.5 - half, 1e-9);
+    assert_float_equal(hi, 2.5 + half, 1e-9);
+    kvc_mean_ci95(x, 1, &lo, &hi);
+    assert_true(isnan(lo) && isnan(hi));
+    const double same[3] = {0.25, 0.25, 0.25};
+    kvc_mean_ci95(same, 3, &lo, &hi);
+    assert_float_equal(lo, 0.25, 1e-15);
+    assert_float_equal(hi, 0.25, 1e-15);
+    /* published quantiles beyond the table: df 31 2.0395, 60 2.0003, 1000 1.9623 */
+    assert_float_equal(kvc_t975(31), 2.0395, 2e-4);
+    assert_float_equal(kvc_t975(60), 2.0003, 2e-4);
+    assert_float_equal(kvc_t975(1000), 1.9623, 2e-4);
+    assert_float_equal(kvc_t975(1), 12.706, 1e-9);
+    assert_true(isnan(kvc_t975(0)));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_mean_ci95),
         cmocka_unit_test(test_log_softmax),
         cmocka_unit_test(test_kl),
         cmocka_unit_test(test_summary),
