@@ -30,4 +30,15 @@ static inline __m256i kvc_nibbles_avx2(const uint8_t *qs) {
     return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
+/* o[0..32) = d * the 32 signed bytes of v (the dequantisation of the offset types). */
+static inline void kvc_store_scaled_i8x32_avx2(__m256i v, __m256 d, float *o) {
+    __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
+    _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
+    _mm256_storeu_ps(o + 8, _mm256_mul_ps(
+                                _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
+    _mm256_storeu_ps(o + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
+    _mm256_storeu_ps(o + 24, _mm256_mul_ps(
+                                 _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+}
+
 #endif

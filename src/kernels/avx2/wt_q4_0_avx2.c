@@ -44,17 +44,8 @@ static void dequant_q4_0_avx2(const void *x, float *y, int64_t n) {
     const __m256i eight = _mm256_set1_epi8(8);
     for (int64_t i = 0; i < n / KVC_QK; i++) {
         __m256i v = _mm256_sub_epi8(kvc_nibbles_avx2(b[i].qs), eight);
-        __m256 d = _mm256_set1_ps(kvc_f16_load_avx2(&b[i].d));
-        __m128i lo = _mm256_castsi256_si128(v), hi = _mm256_extracti128_si256(v, 1);
-        float *o = y + i * KVC_QK;
-        _mm256_storeu_ps(o, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)), d));
-        _mm256_storeu_ps(
-            o + 8,
-            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))), d));
-        _mm256_storeu_ps(o + 16, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)), d));
-        _mm256_storeu_ps(
-            o + 24,
-            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))), d));
+        kvc_store_scaled_i8x32_avx2(v, _mm256_set1_ps(kvc_f16_load_avx2(&b[i].d)),
+                                    y + i * KVC_QK);
     }
 }
 
