@@ -15,7 +15,8 @@ static float dot_q5_k_q8_k_avx512(const void *row, const void *act, int64_t n) {
 static void dot_batch_q5_k_q8_k_avx512(const void *w, size_t stride, int64_t nrows,
                                         const void *acts, size_t act_stride, int64_t m, int64_t n,
                                         float *y, int64_t ldy) {
-    kq_batch(KQ_MINS, unpack_q5_k, w, stride, nrows, acts, act_stride, m, n, y, ldy);
+    kq_batch(KQ_MINS, unpack_q5_k, sizeof(kvc_blk_q5_k), offsetof(kvc_blk_q5_k, scales), w, stride,
+             nrows, acts, act_stride, m, n, y, ldy);
 }
 
 void kvc_wt_register_q5_k_avx512(kvc_wtype *table) {
