@@ -12,7 +12,7 @@ KV    ?= kivi:bits=4
 PREFIX ?= /usr/local
 PROMPT ?= Explain in three sentences why the sky is blue.
 
-.PHONY: all setup build build-asan model model-qwen1.5b model-qwen0.5b run test test-release test-asan install fuzz fuzz-build format clean
+.PHONY: all setup build build-asan model model-qwen1.5b model-qwen0.5b check-long run test test-release test-asan install fuzz fuzz-build format clean
 
 all: build
 
@@ -38,6 +38,21 @@ $(QWEN15):
 	bash scripts/fetch-model qwen2.5-coder-1.5b
 $(QWEN05):
 	bash scripts/fetch-model qwen2.5-coder-0.5b
+
+# Long-context checks on Qwen2.5-Coder-1.5B (not part of `make test`: each LONG_CTX
+# prefill is minutes; docs/benchmarks.md has the figures and what they cost here):
+# KL against full:f32 on LONG_WINDOWS windows of the text, RULER needle tasks, and
+# decode speed, all at LONG_CTX tokens, with peak RSS per method.
+LONG_CTX     ?= 32768
+LONG_WINDOWS ?= 2
+LONG_KV      ?= full:f16,kivi:bits=4,kivi:bits=2
+LONG_TEXT    ?= data/alice.txt
+check-long: build $(QWEN15)
+	./build/kvcomp eval kl -m $(QWEN15) --text $(LONG_TEXT) --ctx $(LONG_CTX) --cont 128 \
+	    --windows $(LONG_WINDOWS) --kv $(LONG_KV)
+	./build/kvcomp eval ruler -m $(QWEN15) --text $(LONG_TEXT) --len $(LONG_CTX) --samples 4 \
+	    --task niah_single,niah_multikey --kv $(LONG_KV)
+	./build/kvcomp bench decode -m $(QWEN15) --ctx $(LONG_CTX) -n 32 --kv $(LONG_KV)
 
 run: build model
 	./build/kvcomp run -m $(MODEL) -p "$(PROMPT)" -n 128 --kv $(KV)

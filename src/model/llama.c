@@ -181,14 +181,16 @@ typedef struct wprod {
     int ldy;
 } wprod;
 
-/* Quantised weights take kvc_matmul (int8 activations and integer dot products
- * as in llama.cpp, each weight row unpacked once for the whole chunk: 1.5-3x
- * the dequantise + sgemm path, docs/benchmarks.md "Prefill-style products")
- * when SIMD kernels are active; float weights, and every type under
- * KVC_ISA=scalar, take dequantised tiles and OpenBLAS sgemm. */
+/* Quantised weights with a batch kernel (dot_batch) take kvc_matmul (int8
+ * activations and integer dot products as in llama.cpp, each weight row
+ * unpacked once for the whole chunk: 1.5-3x the dequantise + sgemm path,
+ * docs/benchmarks.md "Prefill-style products"); float weights, types without
+ * one (a dot per token and row is slower than sgemm: q5_0 under AVX2 35 against
+ * 88 GOP/s), and every type under KVC_ISA=scalar take dequantised tiles and
+ * OpenBLAS sgemm. */
 static int use_int_matmul(const kvc_wmat *w) {
     const kvc_wtype *t = kvc_wtype_get(w->type);
-    return t && t->block > 1 && kvc_active_isa() >= KVC_ISA_AVX2;
+    return t && t->block > 1 && t->dot_batch;
 }
 
 static void gemm_tiles(kvc_run *r, kvc_pool *pool, const wprod *p, const float *x, int n) {
