@@ -301,7 +301,7 @@ KVC_AINLINE void kq_tile_tokens(kq_kind kind, const kq_tile_sb *tile, int64_t ns
                               kind == KQ_MINS ? _mm512_sub_ps(acc[t], accm[t]) : acc[t]);
 }
 
-enum { KQ_TILE_MIN_TOKENS = 12 };
+enum { KQ_TILE_MIN_TOKENS = 6 };
 
 /* kvc_matmul's dot_batch: y[t*ldy + r] = dot(row r, activation t). Each tile of 16
  * rows is transposed once and every token runs over it, two at a time. */
@@ -310,8 +310,9 @@ KVC_AINLINE void kq_batch(kq_kind kind, kq_unpack_fn unpack, size_t block_bytes,
                           const void *acts, size_t act_stride, int64_t m, int64_t n, float *y,
                           int64_t ldy) {
     const int64_t nsb = n / KVC_QKK;
-    /* a few tokens do not pay for the transposition (bench_matvec -p: at m = 8 the
-     * tiles ran at 51 GOP/s, the dots at about 70): the dot, which gives the same bits */
+    /* a few tokens do not pay for the transposition (bench_matvec -p, q4_k 1536 x 1536,
+     * tiles against dots: m = 4 46-50 against 44-55 GOP/s, m = 8 81 against 38-55):
+     * below KQ_TILE_MIN_TOKENS the dot, which gives the same bits */
     kq_tile_sb *tile = m < KQ_TILE_MIN_TOKENS ? NULL : aligned_alloc(64, sizeof(kq_tile_sb) * (size_t)nsb);
     if (!tile) { /* few tokens, or no memory for the tile */
         for (int64_t t = 0; t < m; t++)
