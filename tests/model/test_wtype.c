@@ -485,7 +485,7 @@ static void test_ggml_blocks(void **state) {
         free(got), free(x), free(t), free(a), free(want);
         seen++;
     }
-    assert_int_equal(seen, 6);
+    assert_int_equal(seen, 7);
     free(buf);
 }
 
