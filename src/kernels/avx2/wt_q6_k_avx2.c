@@ -1,8 +1,9 @@
-/* AVX2 kernels for Q6_K weights (6-bit values assembled unsigned from ql and qh, int8 group scales, the -32 offset once per super-block): dot with a Q8_K-prepared activation and the
- * batched dot of kvc_matmul, both over the unpacked super-blocks of
- * wt_kquant_avx2.h (maddubs of the unsigned values with the int8 activation,
- * madd with the int16 scales, integer accumulation over the super-block).
- * Reference: src/model/wt_q6_k.c. */
+/* AVX2 kernels for Q6_K weights (6-bit values assembled unsigned from ql and
+ * qh, int8 group scales, the -32 offset once per super-block): dot with a
+ * Q8_K-prepared activation and the batched dot of kvc_matmul, both over the
+ * unpacked super-blocks of wt_kquant_avx2.h (maddubs of the unsigned values
+ * with the int8 activation, madd with the int16 scales, integer accumulation
+ * over the super-block). Reference: src/model/wt_q6_k.c. */
 #include "kernels/avx2/wt_kquant_avx2.h"
 
 KVC_AINLINE void unpack_q6_k(const void *row, int64_t i, kq2_sb *u) {

@@ -1,7 +1,7 @@
-/* AVX-512 (VNNI) kernels for Q5_K weights (fifth bit from qh): dot with a Q8_K-prepared activation
- * and the batched dot of kvc_matmul, both over the unpacked super-blocks of
- * wt_kquant_avx512.h (vpmaddubsw, then vpdpwssd with the int16 scales, one
- * FMA per super-block). Reference: src/model/wt_q5_k.c. */
+/* AVX-512 (VNNI) kernels for Q5_K weights (a fifth bit per value from qh): the
+ * dot with a Q8_K-prepared activation (decode) and kvc_matmul's dot_batch
+ * (prefill: tiles of 16 rows, one row per lane), both in wt_kquant_avx512.h;
+ * this file supplies the block unpacking. Reference: src/model/wt_q5_k.c. */
 #include "kernels/avx512/wt_kquant_avx512.h"
 
 KVC_AINLINE void unpack_q5_k(const void *row, int64_t i, kq_sb *u) {
