@@ -68,27 +68,32 @@ test-release: build model
 test-asan: build-asan model
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
 
-# Fuzz targets (tests/fuzz/fuzz_*.c): libFuzzer with clang under build-fuzz/, not part of
-# `make test`. `make fuzz` builds them and runs each for FUZZ_TIME seconds from the
-# committed seeds (new inputs go to build-fuzz/corpus_*); `make fuzz-build` only builds.
-FUZZ_CC    ?= clang
-FUZZ_TIME  ?= 60
-FUZZ_FLAGS  = -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc
-FUZZ_GGUF_SRCS = $(filter-out src/base/blas.c,$(wildcard src/gguf/*.c src/base/*.c))
+# Fuzz targets (tests/fuzz/fuzz_<name>.c): libFuzzer with clang under build-fuzz/
+# (the whole library built with -fsanitize=fuzzer-no-link,address,undefined).
+# `make fuzz` builds them and runs each for FUZZ_TIME seconds from the committed
+# corpus tests/fuzz/corpus_<name>/ (new inputs go to build-fuzz/corpus_<name>),
+# with tests/fuzz/<name>.dict when there is one; `make fuzz-build` only builds.
+# `make test` replays the committed corpora without clang (ctest -L fuzz).
+FUZZ_CC      ?= clang
+FUZZ_TIME    ?= 60
+FUZZ_TARGETS  = $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 
 fuzz: fuzz-build
-	@mkdir -p build-fuzz/corpus_gguf
-	build-fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 build-fuzz/corpus_gguf tests/fuzz/corpus_gguf
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p build-fuzz/corpus_$$t; \
+	  dict=; [ -f tests/fuzz/$$t.dict ] && dict=-dict=tests/fuzz/$$t.dict; \
+	  echo "== fuzz_$$t for $(FUZZ_TIME) s"; \
+	  build-fuzz/fuzz_$$t -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 -print_final_stats=1 $$dict \
+	    build-fuzz/corpus_$$t tests/fuzz/corpus_$$t || exit 1; \
+	done
 
-fuzz-build: build-fuzz/fuzz_gguf
-
-build-fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRCS) $(wildcard src/gguf/*.h src/base/*.h include/*.h include/kvcomp/*.h)
+fuzz-build:
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: needs clang with libFuzzer (apt-get install clang)" >&2; exit 1; }
-	@mkdir -p build-fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_SRCS) -lm -lpthread -o $@
+	CC=$(FUZZ_CC) cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DKVC_FUZZ=ON >/dev/null
+	cmake --build build-fuzz -j $(JOBS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf build build-asan build-fuzz
+	rm -rf build build-asan build-fuzz build-tsan

@@ -242,6 +242,8 @@ typedef struct kvc_sampler_params {
 typedef struct kvc_sampler kvc_sampler;
 kvc_status kvc_sampler_create(const kvc_sampler_params *p, int n_vocab, kvc_sampler **out);
 void kvc_sampler_free(kvc_sampler *s);
+/* The next token, or -1 when a logit is NaN or Inf (the model's output is
+ * garbage: the caller reports it). */
 int32_t kvc_sampler_sample(kvc_sampler *s, const float *logits);
 
 #ifdef __cplusplus

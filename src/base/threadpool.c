@@ -86,6 +86,7 @@ kvc_status kvc_pool_create(int n_threads, kvc_pool **out) {
     pthread_cond_init(&p->wake, NULL);
     p->workers = calloc((size_t)n_threads, sizeof *p->workers);
     if (!p->workers) {
+        p->n_threads = 1; /* no worker to join */
         kvc_pool_free(p);
         return kvc_fail(KVC_ERR_NOMEM, "thread pool: out of memory");
     }

@@ -1,5 +1,8 @@
 /* `kvcomp inspect`: a GGUF file's header, metadata and tensor table (name,
- * type, shape, bytes), as text or --json, through kvc_inspect. */
+ * type, shape, bytes), as text or --json, through kvc_inspect; then the file
+ * is checked as a model the way `run` loads it, so a file that is valid GGUF
+ * but broken as a model (a wrong shape, a wrong key type) is refused by both
+ * commands with the same message. */
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +17,25 @@ static const kvc_cmd_help k_help = {
     "Prints a GGUF file's header, metadata (long arrays abbreviated) and tensor table.",
     KVC_F_MODEL | KVC_F_JSON | KVC_F_POSITIONAL,
 };
+
+/* Loads the file as a model: 1 with a message when it is malformed as one; an
+ * architecture or weight type kvcomp does not run is only a note (inspect
+ * shows any GGUF file). */
+static int check_as_model(const char *path) {
+    kvc_model *m = NULL;
+    kvc_status st = kvc_model_load(path, &m);
+    if (st == KVC_OK) {
+        kvc_model_free(m);
+        return 0;
+    }
+    if (st == KVC_ERR_UNSUPPORTED) {
+        fprintf(stderr, "kvcomp inspect: note: kvcomp cannot run this model: %s\n",
+                kvc_last_error());
+        return 0;
+    }
+    fprintf(stderr, "kvcomp inspect: %s: not a usable model: %s\n", path, kvc_last_error());
+    return 1;
+}
 
 int kvc_cli_inspect(int argc, char **argv) {
     kvc_args a;
@@ -34,5 +56,6 @@ int kvc_cli_inspect(int argc, char **argv) {
             fprintf(stderr, "kvcomp inspect: %s: %s\n", path, err);
         return 1;
     }
-    return 0;
+    fflush(stdout);
+    return check_as_model(path);
 }

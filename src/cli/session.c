@@ -134,6 +134,13 @@ static int append_text(char **text, size_t *len, const char *piece, int n) {
     return 0;
 }
 
+static int nonfinite_logits(const kvc_session *s) {
+    fprintf(stderr, "\nkvcomp %s: the model produced NaN or Inf logits at token %d (a corrupt "
+                    "model file?)\n",
+            s->cmd, kvc_ctx_pos(s->ctx));
+    return 1;
+}
+
 int kvc_session_generate(kvc_session *s, int n_predict, FILE *out, char **text) {
     char piece[1024];
     size_t text_len = 0;
@@ -144,6 +151,7 @@ int kvc_session_generate(kvc_session *s, int n_predict, FILE *out, char **text) 
     if (!s->have_logits) return 0;
     for (int i = 0; n_predict < 0 || i < n_predict; i++) {
         int32_t tok = kvc_sampler_sample(s->smp, s->logits);
+        if (tok < 0) return nonfinite_logits(s);
         s->n_gen++;
         if (kvc_token_is_end(s->m, tok)) break;
         int n = kvc_detok_push(s->detok, tok, piece, sizeof piece);

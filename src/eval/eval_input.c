@@ -7,51 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/file.h"
 #include "base/status.h"
 
 kvc_status kvc_eval_read_file(const char *path, size_t max_bytes, char **out, size_t *len) {
-    *out = NULL;
-    *len = 0;
-    FILE *f = fopen(path, "rb");
-    KVC_CHECK(f, KVC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
-    if (!buf) {
-        fclose(f);
-        return kvc_fail(KVC_ERR_NOMEM, "%s: no memory for the file", path);
-    }
-    for (;;) {
-        if (n == cap) {
-            if (cap >= max_bytes) {
-                free(buf);
-                fclose(f);
-                return kvc_fail(KVC_ERR_RANGE, "%s: larger than the limit of %zu bytes", path,
-                                max_bytes);
-            }
-            size_t ncap = cap * 2 > max_bytes ? max_bytes : cap * 2;
-            char *nb = realloc(buf, ncap + 1);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return kvc_fail(KVC_ERR_NOMEM, "%s: no memory for %zu bytes", path, ncap);
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        return kvc_fail(KVC_ERR_IO, "%s: read error", path);
-    }
-    buf[n] = '\0';
-    *out = buf;
-    *len = n;
-    return KVC_OK;
+    return kvc_file_read_all(path, max_bytes, "", out, len);
 }
 
 kvc_status kvc_tokenize_all(const kvc_model *m, const char *text, size_t len, int32_t **out,

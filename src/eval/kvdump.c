@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/f16.h"
+#include "base/file.h"
 #include "base/status.h"
 
 static const char k_magic[8] = {'K', 'V', 'C', 'D', 'U', 'M', 'P', '1'};
@@ -204,8 +205,8 @@ static kvc_status read_header_fd(int fd, const char *path, kvc_kvdump_header *h)
 }
 
 kvc_status kvc_kvdump_read_header(const char *path, kvc_kvdump_header *h) {
-    int fd = open(path, O_RDONLY);
-    KVC_CHECK(fd >= 0, KVC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    KVC_TRY(kvc_file_open_regular(path, &fd));
     kvc_status st = read_header_fd(fd, path, h);
     close(fd);
     return st;
@@ -235,8 +236,8 @@ static kvc_status read_rows(int fd, const char *path, const kvc_kvdump_header *h
 kvc_status kvc_kvdump_load_layer(const char *path, int layer, kvc_kvdump_header *h, float **k,
                                  float **v) {
     *k = *v = NULL;
-    int fd = open(path, O_RDONLY);
-    KVC_CHECK(fd >= 0, KVC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    KVC_TRY(kvc_file_open_regular(path, &fd));
     kvc_status st = read_header_fd(fd, path, h);
     if (st == KVC_OK && (layer < 0 || (uint32_t)layer >= h->n_layers))
         st = kvc_fail(KVC_ERR_ARG, "%s: layer %d outside [0, %u)", path, layer, h->n_layers);

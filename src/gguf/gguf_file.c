@@ -2,13 +2,13 @@
  * with kvc_gguf_parse, so tensor data pointers point into the page cache and
  * nothing is copied. kvc_gguf_close unmaps. Errors are prefixed with the path. */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file.h"
 #include "base/status.h"
 #include "gguf/gguf.h"
 #include "gguf/gguf_internal.h"
@@ -17,17 +17,13 @@ kvc_status kvc_gguf_open(const char *path, kvc_gguf **out) {
     if (out == NULL) return kvc_fail(KVC_ERR_ARG, "kvc_gguf_open: out is NULL");
     *out = NULL;
     if (path == NULL) return kvc_fail(KVC_ERR_ARG, "kvc_gguf_open: path is NULL");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kvc_fail(KVC_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    int fd;
+    KVC_TRY(kvc_file_open_regular(path, &fd)); /* a FIFO would block open() forever */
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
         return kvc_fail(KVC_ERR_IO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return kvc_fail(KVC_ERR_IO, "%s: not a regular file", path);
     }
     if (st.st_size <= 0) {
         close(fd);

@@ -7,6 +7,7 @@
  * bytes left, so no allocation is larger than a small multiple of the input.
  * Errors are KVC_ERR_FORMAT with a message naming the field and the value,
  * e.g. `kv[5] key "general.name": string length 99999 past end of file`.
+ * Tensors must not share data bytes (an overlap aliases one weight onto another).
  * All allocations come from one arena owned by the result; a failure frees it. */
 #include <inttypes.h>
 #include <stdarg.h>
@@ -469,6 +470,51 @@ static kvc_status place_tensors(parser *ps, kvc_gguf *g) {
     return KVC_OK;
 }
 
+/* Tensor order by data offset, for the overlap check (insertion into a sorted
+ * prefix would be quadratic on files with many tensors: merge sort). */
+static void sort_by_offset(const kvc_gguf *g, uint64_t *ix, uint64_t *tmp, uint64_t n) {
+    if (n < 2) return;
+    uint64_t h = n / 2;
+    sort_by_offset(g, ix, tmp, h);
+    sort_by_offset(g, ix + h, tmp, n - h);
+    uint64_t i = 0, j = h, k = 0;
+    while (i < h && j < n)
+        tmp[k++] = g->tensors[ix[j]].offset < g->tensors[ix[i]].offset ? ix[j++] : ix[i++];
+    while (i < h)
+        tmp[k++] = ix[i++];
+    while (j < n)
+        tmp[k++] = ix[j++];
+    memcpy(ix, tmp, n * sizeof *ix);
+}
+
+/* Two tensors sharing bytes would let one file region be read as two weights
+ * (a crafted file aliases a norm onto the embedding): refuse, naming both. */
+static kvc_status check_overlaps(parser *ps, kvc_gguf *g) {
+    uint64_t n = g->n_tensors;
+    if (n < 2) return KVC_OK;
+    uint64_t *ix = arena_alloc(ps->pv, (size_t)n * sizeof *ix);
+    uint64_t *tmp = arena_alloc(ps->pv, (size_t)n * sizeof *tmp);
+    snprintf(ps->where, sizeof ps->where, "tensor data");
+    if (ix == NULL || tmp == NULL) return nomem(ps, "overlap check", n);
+    for (uint64_t i = 0; i < n; i++)
+        ix[i] = i;
+    sort_by_offset(g, ix, tmp, n);
+    for (uint64_t i = 1; i < n; i++) {
+        const kvc_gguf_tensor *a = &g->tensors[ix[i - 1]], *b = &g->tensors[ix[i]];
+        if (a->offset + a->n_bytes > b->offset) { /* no overflow: both end inside the file */
+            char an[80], bn[80];
+            show(an, sizeof an, a->name.ptr, a->name.len);
+            show(bn, sizeof bn, b->name.ptr, b->name.len);
+            snprintf(ps->where, sizeof ps->where, "tensor %s", bn);
+            return perr(ps,
+                        "data at offset %" PRIu64 " overlaps tensor %s (offset %" PRIu64
+                        ", %" PRIu64 " bytes)",
+                        b->offset, an, a->offset, a->n_bytes);
+        }
+    }
+    return KVC_OK;
+}
+
 static kvc_status parse_into(parser *ps, kvc_gguf *g) {
     KVC_TRY(rd_header(ps, g));
     KVC_TRY(rd_kvs(ps, g));
@@ -482,7 +528,8 @@ static kvc_status parse_into(parser *ps, kvc_gguf *g) {
     }
     for (uint64_t i = 0; i < g->n_tensors; i++)
         KVC_TRY(rd_tensor(ps, g, i));
-    return place_tensors(ps, g);
+    KVC_TRY(place_tensors(ps, g));
+    return check_overlaps(ps, g);
 }
 
 /* ---- entry points --------------------------------------------------------- */

@@ -90,8 +90,17 @@ static int top_k(cand *c, const float *logits, int n, int k) {
     return k;
 }
 
+/* NaN or Inf logits (a corrupt model) would leave no candidate, and every
+ * ordering below assumes finite values: they are refused before sampling. */
+static int all_finite(const float *logits, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(logits[i])) return 0;
+    return 1;
+}
+
 int32_t kvc_sampler_sample(kvc_sampler *s, const float *logits) {
     const int n = s->n_vocab;
+    if (!all_finite(logits, n)) return -1;
     if (s->p.temp <= 0.0f) return argmax(logits, n);
 
     int nc;

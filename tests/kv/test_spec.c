@@ -66,6 +66,19 @@ static void test_invalid(void **state) {
     bad("+full", "missing method name", NULL);
     bad("full+nope", "unknown KV method 'nope'", NULL);
     bad("full+full+full+full+full", "stacked", NULL);
+    /* probe findings (issue 14, item 10) */
+    bad("kivi:,bits=2", "empty parameter before the first comma", NULL);
+    bad("mustafar+kivi:bits=4+kivi:bits=1", "modifier kivi is stacked twice", NULL);
+    bad("mustafar:k=1e-400", "k=1e-400 is a number that underflows", "0..1");
+    bad("mustafar:k=1e400", "k=1e400 is a number that overflows", "0..1");
+}
+
+/* The canonical string parses back to the same cfg: floats keep every bit
+ * (the fuzz target's property; "%g" wrote 0.555556 for 0.5555555). */
+static void test_canonical_floats(void **state) {
+    (void)state;
+    canon("think:0.55555555", "think:ratio=0.5555555,window=32,block=64,obs=32");
+    canon("think:0.1", "think:ratio=0.1,window=32,block=64,obs=32");
 }
 
 static void test_print(void **state) {
@@ -132,6 +145,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_invalid),
+        cmocka_unit_test(test_canonical_floats),
         cmocka_unit_test(test_print),
         cmocka_unit_test(test_stacks),
     };

@@ -16,6 +16,7 @@
  * NEAR_TIE is 0.5 logit: the measured mean |Δlogit| is ~0.2 and the maximum
  * ~1.5 (test_logits.c), and a gap is a difference of two logits whose errors
  * are strongly correlated. */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -159,12 +160,39 @@ static void test_sampler_seed_and_topk(void **state) {
     assert_int_equal(kvc_sampler_create(&bad, N, &a), KVC_ERR_ARG);
 }
 
+/* NaN or Inf logits (probe finding 2: a model with a NaN output norm made the
+ * top-k-off path keep no candidate and read c[-1], an ASan heap overflow) give
+ * -1 for every sampling mode, never a read out of bounds. */
+static void test_sampler_nonfinite(void **state) {
+    (void)state;
+    enum { N = 576 };
+    float logits[N];
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    const kvc_sampler_params modes[] = {
+        {.temp = 1.0f, .top_k = 0, .top_p = 1.0f, .seed = 1},
+        {.temp = 1.0f, .top_k = 0, .top_p = 0.9f, .seed = 1},
+        {.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1},
+        {.temp = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 1},
+    };
+    for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++)
+        for (size_t b = 0; b < sizeof bad / sizeof bad[0]; b++)
+            for (int all = 0; all <= 1; all++) {
+                for (int i = 0; i < N; i++)
+                    logits[i] = all || i == 17 ? bad[b] : (float)(i % 13);
+                kvc_sampler *s = NULL;
+                assert_int_equal(kvc_sampler_create(&modes[m], N, &s), KVC_OK);
+                assert_int_equal(kvc_sampler_sample(s, logits), -1);
+                kvc_sampler_free(s);
+            }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_generate_chat),
         cmocka_unit_test(test_generate_english),
         cmocka_unit_test(test_generate_code),
         cmocka_unit_test(test_sampler_seed_and_topk),
+        cmocka_unit_test(test_sampler_nonfinite),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

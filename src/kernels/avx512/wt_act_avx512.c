@@ -4,11 +4,15 @@
 #include "kernels/avx512/wt_avx512_util.h"
 #include "model/wt_kernels.h"
 
-/* Quantise 16 floats with multiplier id to 16 int8; returns the int32 vector. */
+/* Quantise 16 floats with multiplier id to 16 int8; returns the int8 values
+ * widened to int32. Widening the stored (saturated) bytes rather than keeping
+ * the cvtps2dq result keeps the sums in range whatever the input: a NaN or Inf
+ * activation converts to INT_MIN, and adding those overflowed a signed int. */
 KVC_AINLINE __m512i quant16(const float *x, __m512 id, int8_t *q) {
     __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), id));
-    _mm_storeu_si128((__m128i *)q, _mm512_cvtsepi32_epi8(v));
-    return v;
+    __m128i b = _mm512_cvtsepi32_epi8(v);
+    _mm_storeu_si128((__m128i *)q, b);
+    return _mm512_cvtepi8_epi32(b);
 }
 
 KVC_AINLINE float absmax(const float *x, int len) {

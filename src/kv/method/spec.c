@@ -87,9 +87,13 @@ static kvc_status set_value(const kvc_method *m, const kvc_param *pr, const char
         char *end;
         errno = 0;
         double x = strtod(val, &end);
-        KVC_CHECK(*val && !*end && errno == 0 && isfinite(x), KVC_ERR_ARG,
+        int range = errno == ERANGE;
+        KVC_CHECK(*val && !*end && (range || isfinite(x)), KVC_ERR_ARG,
                   "method %s: %s=%s is not a number (allowed %g..%g)", m->name, pr->key, val,
                   pr->min, pr->max);
+        KVC_CHECK(!range, KVC_ERR_ARG, "method %s: %s=%s is a number that %s (allowed %g..%g)",
+                  m->name, pr->key, val, fabs(x) < 1 ? "underflows to 0" : "overflows", pr->min,
+                  pr->max);
         KVC_CHECK(x >= pr->min && x <= pr->max, KVC_ERR_ARG,
                   "method %s: %s=%s out of range (allowed %g..%g)", m->name, pr->key, val, pr->min,
                   pr->max);
@@ -166,6 +170,8 @@ static kvc_status parse_layer(const char *text, const kvc_method **mo, void **cf
     uint8_t seen[KVC_MAX_PARAMS] = {0};
     if (st == KVC_OK && args && !*args)
         st = kvc_fail(KVC_ERR_ARG, "KV spec '%s': nothing after ':'", text);
+    if (st == KVC_OK && args && *args == ',')
+        st = kvc_fail(KVC_ERR_ARG, "KV spec '%s': empty parameter before the first comma", text);
     if (st == KVC_OK && args && *args) {
         int first = 1;
         for (char *save = NULL, *arg = strtok_r(args, ",", &save); arg && st == KVC_OK;
@@ -279,6 +285,13 @@ kvc_status kvc_spec_parse(const char *text, kvc_spec *out) {
     }
     for (int i = 1; i < out->n; i++) {
         const kvc_method *m = out->m[i];
+        for (int j = 1; j < i; j++)
+            if (out->m[j] == m) {
+                const char *mname = m->name;
+                kvc_spec_free(out);
+                return kvc_fail(KVC_ERR_ARG, "KV spec '%s': modifier %s is stacked twice", text,
+                                mname);
+            }
         if (!(m->flags & KVC_METHOD_MODIFIER) || !stacks_with(base, m->name)) {
             char ok[256];
             size_t off = 0;
@@ -294,11 +307,22 @@ kvc_status kvc_spec_parse(const char *text, kvc_spec *out) {
     return KVC_OK;
 }
 
+/* The shortest %g spelling that parses back to the same float, so the
+ * canonical string of a spec parses to the same cfg ("0.1", not "0.100000001"). */
+static int format_float(float x, char *buf, size_t cap) {
+    int n = 0;
+    for (int prec = 6; prec <= 9; prec++) {
+        n = snprintf(buf, cap, "%.*g", prec, (double)x);
+        if ((float)strtod(buf, NULL) == x) break;
+    }
+    return n;
+}
+
 static int format_value(const kvc_param *pr, const void *cfg, char *buf, size_t cap) {
     const char *at = (const char *)cfg + pr->offset;
     switch (pr->type) {
     case KVC_PARAM_INT: return snprintf(buf, cap, "%d", *(const int *)at);
-    case KVC_PARAM_FLOAT: return snprintf(buf, cap, "%g", *(const float *)at);
+    case KVC_PARAM_FLOAT: return format_float(*(const float *)at, buf, cap);
     case KVC_PARAM_BOOL: return snprintf(buf, cap, "%d", *(const int *)at);
     case KVC_PARAM_ENUM: {
         char w[64];
