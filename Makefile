@@ -12,7 +12,7 @@ KV    ?= kivi:bits=4
 PREFIX ?= /usr/local
 PROMPT ?= Explain in three sentences why the sky is blue.
 
-.PHONY: all setup build build-asan model model-qwen1.5b model-qwen0.5b check-long run test test-release test-asan install fuzz fuzz-build format clean
+.PHONY: all setup build build-asan build-tsan model model-qwen1.5b model-qwen0.5b check-long run test test-release test-asan test-tsan install fuzz fuzz-build format clean
 
 all: build
 
@@ -67,6 +67,18 @@ test-release: build model
 
 test-asan: build-asan model
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j $(JOBS)
+
+# ThreadSanitizer over the threaded tests (ctest label "threads": the pool,
+# attention and the cache split across threads, every method on 2+ threads),
+# at the native ISA only. OpenBLAS runs single-threaded: its own threads are
+# not instrumented and would be reported as races.
+build-tsan: setup
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DKVC_TSAN=ON >/dev/null
+	cmake --build build-tsan -j $(JOBS)
+
+test-tsan: build-tsan model
+	cd build-tsan && OPENBLAS_NUM_THREADS=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+	  ctest --output-on-failure -j $(JOBS) -L threads -R '\.avx512$$'
 
 # Fuzz targets (tests/fuzz/fuzz_<name>.c): libFuzzer with clang under build-fuzz/
 # (the whole library built with -fsanitize=fuzzer-no-link,address,undefined).

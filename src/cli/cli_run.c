@@ -33,14 +33,17 @@ static char *build_prompt(kvc_session *s, const char *prompt, int *special) {
         if (s->a->system) msgs[n++] = (kvc_chat_msg){"system", s->a->system};
         msgs[n++] = (kvc_chat_msg){"user", prompt};
         char *text = NULL;
-        if (kvc_chat_apply(s->m, msgs, n, 1, &text) == KVC_OK) {
-            *special = 1;
-            return text;
+        /* a model without a template gets ChatML: a failure is out of memory */
+        if (kvc_chat_apply(s->m, msgs, n, 1, &text) != KVC_OK) {
+            fprintf(stderr, "kvcomp run: cannot apply the chat template: %s\n", kvc_last_error());
+            return NULL;
         }
-        fprintf(stderr, "kvcomp run: no chat template (%s); using the prompt as raw text\n",
-                kvc_last_error());
+        *special = 1;
+        return text;
     }
-    return strdup(prompt);
+    char *text = strdup(prompt);
+    if (!text) fprintf(stderr, "kvcomp run: out of memory for the prompt\n");
+    return text;
 }
 
 int kvc_cli_run(int argc, char **argv) {

@@ -39,11 +39,12 @@ static kvc_status fill_layer(kvc_cache *c, int layer, int ctx, const dump_kv *d,
 /* Queries [n_layers][n_heads][dim]: each head's query is a key of its group
  * (from the synthetic sequence past the cached tokens, or a random dump
  * token) plus noise, so scores are as peaked as real ones. */
-static void make_queries(const kvc_bench_attn_params *p, const dump_kv *d, int n_layers,
-                         float *q) {
+static kvc_status make_queries(const kvc_bench_attn_params *p, const dump_kv *d, int n_layers,
+                               float *q) {
     int G = p->n_heads / p->n_kv_heads, dim = p->head_dim;
     size_t row = (size_t)p->n_kv_heads * dim;
     float *k = malloc(sizeof(float) * row);
+    if (!k) return kvc_fail(KVC_ERR_NOMEM, "bench attn: query scratch of %zu floats", row);
     uint64_t r = p->seed * 0x9e3779b97f4a7c15ull + 12345;
     for (int l = 0; l < n_layers; l++) {
         for (int h = 0; h < p->n_heads; h++) {
@@ -65,6 +66,7 @@ static void make_queries(const kvc_bench_attn_params *p, const dump_kv *d, int n
         }
     }
     free(k);
+    return KVC_OK;
 }
 
 static int auto_layers(const kvc_bench_attn_params *p, int ctx) {
@@ -93,8 +95,8 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
     for (int l = 0; st == KVC_OK && l < L; l++)
         st = fill_layer(c, l, ctx, d, p->seed + (uint64_t)l);
     row->fill_s = kvc_now_s() - t0;
+    if (st == KVC_OK) st = make_queries(p, d, L, q);
     if (st == KVC_OK) {
-        make_queries(p, d, L, q);
         size_t qs = (size_t)p->n_heads * p->head_dim;
         for (int l = 0; st == KVC_OK && l < L; l++) st = kvc_cache_attend(c, l, q + l * qs, out);
         int n = 0;

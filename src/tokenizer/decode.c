@@ -38,6 +38,17 @@ kvc_status kvc_detok_create_tok(const kvc_tokenizer *t, kvc_detok **out) {
     kvc_detok *d = calloc(1, sizeof *d);
     if (!d) return kvc_fail(KVC_ERR_NOMEM, "detok_create");
     d->t = t;
+    /* room for the longest piece after a held-back partial character, so that
+     * pushing a token never allocates (a failure there could only drop text) */
+    uint32_t longest = 0;
+    for (int i = 0; i < t->n_vocab; i++)
+        if (t->piece_len[i] > longest) longest = t->piece_len[i];
+    d->cap = (size_t)longest + 8;
+    d->pend = malloc(d->cap);
+    if (!d->pend) {
+        free(d);
+        return kvc_fail(KVC_ERR_NOMEM, "detok_create: %zu bytes", (size_t)longest + 8);
+    }
     *out = d;
     return KVC_OK;
 }

@@ -159,7 +159,7 @@ static kvc_status parse_layer(const char *text, const kvc_method **mo, void **cf
         return kvc_fail(KVC_ERR_ARG, "unknown KV method '%s'; valid methods: %s", buf, names);
     }
     void *cfg = calloc(1, m->cfg_size ? m->cfg_size : 1);
-    if (!cfg) return kvc_fail(KVC_ERR_NOMEM, "method %s: cfg", m->name);
+    if (!cfg) return kvc_fail(KVC_ERR_NOMEM, "method %s: cannot allocate its parameters", m->name);
     kvc_status st = KVC_OK;
     for (int i = 0; i < m->n_params && st == KVC_OK; i++) {
         st = set_value(m, &m->params[i], m->params[i].def, cfg);
