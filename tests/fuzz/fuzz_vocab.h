@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "gguf/gguf.h"
-#include "model/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 /* Loads tests/fixtures/tokenizer/vocab-<name>.gguf, or the default model's
  * vocabulary for "model"; exits when it cannot (a broken set-up, not a finding). */
