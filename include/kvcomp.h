@@ -120,6 +120,13 @@ typedef struct kvc_chat_msg {
 } kvc_chat_msg;
 kvc_status kvc_chat_apply(const kvc_model *m, const kvc_chat_msg *msgs, int n_msgs,
                           int add_assistant_prompt, char **out);
+/* The conversation as tokens, BOS as the model asks: only the template's own
+ * markers become control tokens; messages are tokenized as text whatever they
+ * spell (a user line "<|im_end|><|im_start|>system ..." cannot open a system
+ * turn). Tokenizing kvc_chat_apply's text with parse_special would let it.
+ * Output contract as kvc_tokenize. */
+kvc_status kvc_chat_tokenize(const kvc_model *m, const kvc_chat_msg *msgs, int n_msgs,
+                             int add_assistant_prompt, int32_t *tokens, int cap, int *n_out);
 
 /* ---- KV cache ------------------------------------------------------------- */
 

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kvcomp.h"
+#include "kvcomp_eval.h"
 
 /* ---- values ------------------------------------------------------------------ */
 
@@ -140,7 +141,8 @@ typedef struct flag_doc {
 static const flag_doc k_docs[] = {
     {KVC_F_MODEL, "  -m, --model FILE       GGUF model (default " KVC_DEFAULT_MODEL ")"},
     {KVC_F_PROMPT, "  -p, --prompt TEXT      prompt text"},
-    {KVC_F_FILE, "  -f, --file FILE        read the prompt from a file"},
+    {KVC_F_FILE, "  -f, --file FILE        read the prompt from a file\n"
+                 "      --max-file-mb N    refuse a larger prompt file (default 64)"},
     {KVC_F_NPRED, "  -n, --n-predict N      tokens to generate (default 128; -1: until end or context full)"},
     {KVC_F_CTX, "  -c, --ctx-size N       context size in tokens (default: the model's training context)"},
     {KVC_F_THREADS, "  -t, --threads N        worker threads (default: one per CPU)"},
@@ -169,10 +171,12 @@ int kvc_args_parse(int argc, char **argv, const kvc_cmd_help *cmd, kvc_args *a) 
     a->temp = 0.8;
     a->top_k = 40;
     a->top_p = 0.95;
+    a->max_file_mb = 64;
     const shared_flag all[] = {
         {KVC_F_MODEL, KVC_STR_OPT("-m", "--model", &a->model)},
         {KVC_F_PROMPT, KVC_STR_OPT("-p", "--prompt", &a->prompt)},
         {KVC_F_FILE, KVC_STR_OPT("-f", "--file", &a->file)},
+        {KVC_F_FILE, KVC_INT_OPT(NULL, "--max-file-mb", &a->max_file_mb, 1, 1 << 20)},
         {KVC_F_NPRED, KVC_INT_OPT("-n", "--n-predict", &a->n_predict, -1, 1 << 24)},
         {KVC_F_CTX, KVC_INT_OPT("-c", "--ctx-size", &a->n_ctx, 0, 1 << 24)},
         {KVC_F_THREADS, KVC_INT_OPT("-t", "--threads", &a->n_threads, 1, KVC_MAX_THREADS)},
@@ -199,37 +203,21 @@ int kvc_args_parse(int argc, char **argv, const kvc_cmd_help *cmd, kvc_args *a) 
 
 /* ---- files ------------------------------------------------------------------------ */
 
-char *kvc_read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "kvcomp: cannot open %s: %s\n", path, strerror(errno));
+char *kvc_read_text_file(const char *path, int max_mb) {
+    char *buf = NULL;
+    size_t len = 0;
+    kvc_status st = kvc_eval_read_file(path, (size_t)max_mb << 20, &buf, &len);
+    if (st != KVC_OK) { /* regular files only: a FIFO or /dev/zero is refused */
+        fprintf(stderr, "kvcomp: %s%s\n", kvc_last_error(),
+                st == KVC_ERR_RANGE ? " (raise it with --max-file-mb)" : "");
         return NULL;
     }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n + 1 >= cap) {
-            char *nb = realloc(buf, cap * 2);
-            if (!nb) {
-                free(buf);
-                buf = NULL;
-                break;
-            }
-            buf = nb;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - 1 - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (!buf || err) {
-        fprintf(stderr, "kvcomp: cannot read %s\n", path);
+    const char *nul = memchr(buf, '\0', len); /* C strings would end the text there */
+    if (nul) {
+        fprintf(stderr, "kvcomp: %s: NUL byte at offset %zu (a binary file?)\n", path,
+                (size_t)(nul - buf));
         free(buf);
         return NULL;
     }
-    buf[n] = '\0';
-    if (len) *len = n;
     return buf;
 }

@@ -85,6 +85,7 @@ typedef struct kvc_args {
     const char *model;  /* -m (or first positional for commands that take a path) */
     const char *prompt; /* -p */
     const char *file;   /* -f */
+    int max_file_mb;    /* --max-file-mb: the -f size limit (default 64) */
     int n_predict;      /* -n: tokens to generate; -1 until an end token or the context is full */
     int n_ctx;          /* -c: 0 = the model's training context */
     int n_threads;      /* -t: 0 = one per CPU */
@@ -115,8 +116,9 @@ typedef struct kvc_cmd_help {
 int kvc_args_parse(int argc, char **argv, const kvc_cmd_help *cmd, kvc_args *a);
 void kvc_args_help(const kvc_cmd_help *cmd, FILE *out);
 
-/* Reads a whole file into a malloc'd NUL-terminated buffer; NULL with a
- * message on stderr when it cannot. */
-char *kvc_read_file(const char *path, size_t *len);
+/* Reads a text file (a regular file of at most max_mb MiB, without NUL bytes,
+ * which would cut the text short) into a malloc'd NUL-terminated buffer; NULL
+ * with a message on stderr naming the limit or the NUL's offset. */
+char *kvc_read_text_file(const char *path, int max_mb);
 
 #endif

@@ -63,20 +63,35 @@ static void hist_clear(history *h, int keep) {
 
 /* Renders and tokenises the conversation with the assistant prompt. */
 static int render(kvc_session *s, history *h, int32_t **toks, int *n) {
-    char *text = NULL;
-    if (kvc_chat_apply(s->m, h->msgs, h->n, 1, &text) != KVC_OK) {
-        fprintf(stderr, "kvcomp chat: chat template: %s\n", kvc_last_error());
-        return 1;
-    }
-    int rc = kvc_session_tokenize(s, text, 1, 1, toks, n);
-    free(text);
-    return rc;
+    return kvc_session_tokenize_chat(s, h->msgs, h->n, toks, n);
 }
 
-/* One turn: the user message is the last one in h. */
+/* Tokens of the system message (if any) and the last message alone: the
+ * least a turn needs. -1 on failure (reported). */
+static int alone_tokens(kvc_session *s, const history *h, int first) {
+    kvc_chat_msg m[2];
+    int k = 0, n = 0;
+    if (first) m[k++] = h->msgs[0];
+    m[k++] = h->msgs[h->n - 1];
+    int32_t *toks = NULL;
+    int rc = kvc_session_tokenize_chat(s, m, k, &toks, &n);
+    free(toks);
+    return rc == 0 ? n : -1;
+}
+
+/* One turn: the user message is the last one in h. A message too long for the
+ * context is refused before any older turn is dropped to make room, so the
+ * history stays as it was. */
 static int turn(kvc_session *s, history *h, int first) {
     int32_t *toks = NULL;
     int n = 0, reserve = s->a->n_predict > 0 ? s->a->n_predict : 256;
+    int alone = alone_tokens(s, h, first);
+    if (alone < 0) return 1;
+    if (alone >= s->n_ctx) {
+        fprintf(stderr, "kvcomp chat: the message is %d tokens with the template but the context "
+                        "holds %d; raise it with -c %d or more\n", alone, s->n_ctx, alone + reserve);
+        return -1; /* not fatal: the user can type something shorter */
+    }
     for (;;) {
         free(toks);
         if (render(s, h, &toks, &n) != 0) return 1;

@@ -49,8 +49,9 @@ int kvc_cli_profile(int argc, char **argv) {
     size_t len = 0;
     rc = 1;
     if (!p.random) {
-        text = kvc_read_file(text_path, &len);
+        text = kvc_read_text_file(text_path, 64);
         if (!text) return 1;
+        len = strlen(text);
     }
     const char *slash = strrchr(text_path, '/');
     p.source = slash ? slash + 1 : text_path;

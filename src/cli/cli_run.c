@@ -23,27 +23,15 @@ static const kvc_cmd_help k_help = {
         KVC_F_BATCH | KVC_F_SAMPLE | KVC_F_KV | KVC_F_JSON | KVC_F_CHAT,
 };
 
-/* The text to tokenise: the prompt, templated unless --raw. *special says
- * whether control-token text in it is parsed (only the template's own). */
-static char *build_prompt(kvc_session *s, const char *prompt, int *special) {
-    *special = 0;
-    if (!s->a->raw) {
-        kvc_chat_msg msgs[2];
-        int n = 0;
-        if (s->a->system) msgs[n++] = (kvc_chat_msg){"system", s->a->system};
-        msgs[n++] = (kvc_chat_msg){"user", prompt};
-        char *text = NULL;
-        /* a model without a template gets ChatML: a failure is out of memory */
-        if (kvc_chat_apply(s->m, msgs, n, 1, &text) != KVC_OK) {
-            fprintf(stderr, "kvcomp run: cannot apply the chat template: %s\n", kvc_last_error());
-            return NULL;
-        }
-        *special = 1;
-        return text;
-    }
-    char *text = strdup(prompt);
-    if (!text) fprintf(stderr, "kvcomp run: out of memory for the prompt\n");
-    return text;
+/* The prompt's tokens: in the chat template unless --raw. The prompt is user
+ * text either way: only the template's own markers become control tokens. */
+static int prompt_tokens(kvc_session *s, const char *prompt, int32_t **toks, int *n) {
+    if (s->a->raw) return kvc_session_tokenize(s, prompt, 1, 0, toks, n);
+    kvc_chat_msg msgs[2];
+    int k = 0;
+    if (s->a->system) msgs[k++] = (kvc_chat_msg){"system", s->a->system};
+    msgs[k++] = (kvc_chat_msg){"user", prompt};
+    return kvc_session_tokenize_chat(s, msgs, k, toks, n);
 }
 
 int kvc_cli_run(int argc, char **argv) {
@@ -60,19 +48,15 @@ int kvc_cli_run(int argc, char **argv) {
         return 2;
     }
     char *file_text = NULL;
-    if (a.file && !(file_text = kvc_read_file(a.file, NULL))) return 1;
+    if (a.file && !(file_text = kvc_read_text_file(a.file, a.max_file_mb))) return 1;
     const char *prompt = a.prompt ? a.prompt : file_text;
 
     kvc_session s;
     rc = kvc_session_open(&s, &a, "run");
-    char *text = NULL, *out_text = NULL;
+    char *out_text = NULL;
     int32_t *toks = NULL;
-    int n = 0, special = 0;
-    if (rc == 0) {
-        text = build_prompt(&s, prompt, &special);
-        rc = text ? 0 : 1;
-    }
-    if (rc == 0) rc = kvc_session_tokenize(&s, text, 1, special, &toks, &n);
+    int n = 0;
+    if (rc == 0) rc = prompt_tokens(&s, prompt, &toks, &n);
     if (rc == 0 && n == 0) {
         fprintf(stderr, "kvcomp run: the prompt is empty\n");
         rc = 2;
@@ -100,7 +84,6 @@ int kvc_cli_run(int argc, char **argv) {
     }
     free(out_text);
     free(toks);
-    free(text);
     free(file_text);
     kvc_session_close(&s);
     return rc;

@@ -13,6 +13,17 @@ static int fail(const kvc_session *s, const char *what) {
     return 1;
 }
 
+/* More threads than a few per CPU only add scheduling and per-thread scratch
+ * (-t 1024 took 54 s for 2 tokens): cap at 4 per CPU, saying so. */
+static int cap_threads(const char *cmd, int n) {
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int cap = 4 * (int)(cpus > 0 && cpus < 4096 ? cpus : 1);
+    if (n <= cap) return n;
+    fprintf(stderr, "kvcomp %s: -t %d is more than 4 threads per CPU (%ld CPUs); using %d\n", cmd,
+            n, cpus, cap);
+    return cap;
+}
+
 int kvc_session_open(kvc_session *s, const kvc_args *a, const char *cmd) {
     memset(s, 0, sizeof *s);
     s->a = a;
@@ -36,7 +47,7 @@ int kvc_session_open(kvc_session *s, const kvc_args *a, const char *cmd) {
     kvc_model_info_get(s->m, &info);
     s->n_vocab = info.n_vocab;
     s->n_ctx = a->n_ctx > 0 ? a->n_ctx : info.ctx_train;
-    kvc_ctx_params cp = {s->n_ctx, a->n_threads, a->n_batch, spec};
+    kvc_ctx_params cp = {s->n_ctx, cap_threads(cmd, a->n_threads), a->n_batch, spec};
     if (kvc_ctx_create(s->m, &cp, &s->ctx) != KVC_OK) return fail(s, "cannot create the context");
     s->seed = a->seed_set ? a->seed : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     kvc_sampler_params sp = {a->temp, a->top_k, a->top_p, s->seed};
@@ -75,6 +86,27 @@ int kvc_session_tokenize(kvc_session *s, const char *text, int add_bos, int pars
         *toks = t;
         if (kvc_tokenize(s->m, text, len, add_bos, parse_special, t, cap, &got) != KVC_OK)
             return fail(s, "cannot tokenise the prompt");
+        if (got <= cap) break;
+        cap = got;
+    }
+    *n = got;
+    return 0;
+}
+
+int kvc_session_tokenize_chat(kvc_session *s, const kvc_chat_msg *msgs, int n_msgs, int32_t **toks,
+                              int *n) {
+    int cap = 256, got = 0;
+    *toks = NULL;
+    *n = 0;
+    for (int tries = 0; tries < 2; tries++) {
+        int32_t *t = realloc(*toks, (size_t)cap * sizeof *t);
+        if (!t) {
+            fprintf(stderr, "kvcomp %s: out of memory tokenising the conversation\n", s->cmd);
+            return 1;
+        }
+        *toks = t;
+        if (kvc_chat_tokenize(s->m, msgs, n_msgs, 1, t, cap, &got) != KVC_OK)
+            return fail(s, "cannot tokenise the conversation");
         if (got <= cap) break;
         cap = got;
     }

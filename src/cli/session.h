@@ -37,6 +37,10 @@ int kvc_session_open(kvc_session *s, const kvc_args *a, const char *cmd);
 void kvc_session_close(kvc_session *s);
 
 /* Tokenises text into a malloc'd array; returns 0 or 1 after a message. */
+/* The conversation in the chat template, with the assistant prompt: only the
+ * template's markers become control tokens (kvc_chat_tokenize). */
+int kvc_session_tokenize_chat(kvc_session *s, const kvc_chat_msg *msgs, int n_msgs, int32_t **toks,
+                              int *n);
 int kvc_session_tokenize(kvc_session *s, const char *text, int add_bos, int parse_special,
                          int32_t **toks, int *n);
 

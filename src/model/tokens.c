@@ -41,3 +41,11 @@ kvc_status kvc_chat_apply(const kvc_model *m, const kvc_chat_msg *msgs, int n_ms
     return kvc_tokenizer_chat_apply(kvc_model_tokenizer(m), msgs, n_msgs, add_assistant_prompt,
                                     out);
 }
+
+kvc_status kvc_chat_tokenize(const kvc_model *m, const kvc_chat_msg *msgs, int n_msgs,
+                             int add_assistant_prompt, int32_t *tokens, int cap, int *n_out) {
+    if (n_out) *n_out = 0;
+    KVC_CHECK(m, KVC_ERR_ARG, "chat_tokenize: model is NULL");
+    return kvc_tokenizer_chat_tokenize(kvc_model_tokenizer(m), msgs, n_msgs, add_assistant_prompt,
+                                       tokens, cap, n_out);
+}

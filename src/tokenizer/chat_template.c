@@ -19,10 +19,13 @@
 #include "base/status.h"
 #include "tokenizer/tokenizer_impl.h"
 
+/* The prompt text and, per byte, whether the template wrote it (1) or it is
+ * a message's content (0): only template bytes may become control tokens. */
 typedef struct str {
     char *p;
+    uint8_t *mask;
     size_t n, cap;
-    int oom;
+    int oom, content; /* content: the bytes being written are a message's */
 } str;
 
 static void put(str *s, const char *t, size_t n) {
@@ -32,14 +35,17 @@ static void put(str *s, const char *t, size_t n) {
         while (cap < s->n + n + 1)
             cap *= 2;
         char *p = realloc(s->p, cap);
-        if (!p) {
+        if (p) s->p = p;
+        uint8_t *m = p ? realloc(s->mask, cap) : NULL;
+        if (!m) {
             s->oom = 1;
             return;
         }
-        s->p = p;
+        s->mask = m;
         s->cap = cap;
     }
     memcpy(s->p + s->n, t, n);
+    memset(s->mask + s->n, !s->content, n);
     s->n += n;
     s->p[s->n] = 0;
 }
@@ -53,6 +59,17 @@ static void put_trim(str *s, const char *t) { /* without leading/trailing ASCII 
     while (b > a && isspace((unsigned char)t[b - 1]))
         b--;
     put(s, t + a, b - a);
+}
+/* A message's content: text, whatever special-token text it spells. */
+static void put_content(str *s, const char *t) {
+    s->content = 1;
+    puts_(s, t);
+    s->content = 0;
+}
+static void put_trim_content(str *s, const char *t) {
+    s->content = 1;
+    put_trim(s, t);
+    s->content = 0;
 }
 
 static int has(const char *tmpl, const char *needle) {
@@ -123,9 +140,9 @@ static void fmt_chatml(str *s, const char *tmpl, const kvc_chat_msg *msgs, int n
     }
     for (int i = 0; i < n; i++) {
         puts_(s, "<|im_start|>");
-        puts_(s, msgs[i].role);
+        put_content(s, msgs[i].role); /* caller text too */
         puts_(s, "\n");
-        puts_(s, msgs[i].content);
+        put_content(s, msgs[i].content);
         puts_(s, "<|im_end|>\n");
     }
     if (add_ass) puts_(s, "<|im_start|>assistant\n");
@@ -134,9 +151,9 @@ static void fmt_chatml(str *s, const char *tmpl, const kvc_chat_msg *msgs, int n
 static void fmt_llama3(str *s, const kvc_chat_msg *msgs, int n, int add_ass) {
     for (int i = 0; i < n; i++) {
         puts_(s, "<|start_header_id|>");
-        puts_(s, msgs[i].role);
+        put_content(s, msgs[i].role); /* caller text too */
         puts_(s, "<|end_header_id|>\n\n");
-        put_trim(s, msgs[i].content);
+        put_trim_content(s, msgs[i].content);
         puts_(s, "<|eot_id|>");
     }
     if (add_ass) puts_(s, "<|start_header_id|>assistant<|end_header_id|>\n\n");
@@ -153,7 +170,7 @@ static void fmt_llama2(str *s, const char *kind, const kvc_chat_msg *msgs, int n
             inside = 1;
             puts_(s, bos_inside ? "<s>[INST] " : "[INST] ");
         }
-        void (*content)(str *, const char *) = strip ? put_trim : puts_;
+        void (*content)(str *, const char *) = strip ? put_trim_content : put_content;
         if (is_role(&msgs[i], "system")) {
             if (sys_ok) {
                 puts_(s, "<<SYS>>\n");
@@ -179,15 +196,15 @@ static void fmt_mistral(str *s, const char *kind, const kvc_chat_msg *msgs, int 
         for (int i = 0; i < n; i++) {
             if (is_role(&msgs[i], "system")) {
                 puts_(s, "[SYSTEM_PROMPT] ");
-                puts_(s, msgs[i].content);
+                put_content(s, msgs[i].content);
                 puts_(s, "[/SYSTEM_PROMPT]");
             } else if (is_role(&msgs[i], "user")) {
                 puts_(s, "[INST] ");
-                puts_(s, msgs[i].content);
+                put_content(s, msgs[i].content);
                 puts_(s, "[/INST]");
             } else {
                 puts_(s, " ");
-                puts_(s, msgs[i].content);
+                put_content(s, msgs[i].content);
                 puts_(s, "</s>");
             }
         }
@@ -205,18 +222,18 @@ static void fmt_mistral(str *s, const char *kind, const kvc_chat_msg *msgs, int 
             inside = 1;
         }
         if (is_role(&msgs[i], "system")) {
-            puts_(s, msgs[i].content);
+            put_content(s, msgs[i].content);
             puts_(s, "\n\n");
         } else if (is_role(&msgs[i], "user")) {
-            puts_(s, msgs[i].content);
+            put_content(s, msgs[i].content);
             puts_(s, lead);
             puts_(s, "[/INST]");
         } else {
             puts_(s, trail);
             if (trim_ass)
-                put_trim(s, msgs[i].content);
+                put_trim_content(s, msgs[i].content);
             else
-                puts_(s, msgs[i].content);
+                put_content(s, msgs[i].content);
             puts_(s, "</s>");
             inside = 0;
         }
@@ -225,8 +242,17 @@ static void fmt_mistral(str *s, const char *kind, const kvc_chat_msg *msgs, int 
 
 kvc_status kvc_chat_format(const char *tmpl, const kvc_chat_msg *msgs, int n_msgs,
                            int add_assistant_prompt, char **out) {
-    KVC_CHECK(out, KVC_ERR_ARG, "chat_apply: out is NULL");
+    uint8_t *mask = NULL;
+    kvc_status st = kvc_chat_format_masked(tmpl, msgs, n_msgs, add_assistant_prompt, out, &mask);
+    free(mask);
+    return st;
+}
+
+kvc_status kvc_chat_format_masked(const char *tmpl, const kvc_chat_msg *msgs, int n_msgs,
+                                  int add_assistant_prompt, char **out, uint8_t **mask) {
+    KVC_CHECK(out && mask, KVC_ERR_ARG, "chat_apply: out is NULL");
     *out = NULL;
+    *mask = NULL;
     KVC_CHECK(n_msgs >= 0 && (msgs || n_msgs == 0), KVC_ERR_ARG, "chat_apply: %d messages", n_msgs);
     for (int i = 0; i < n_msgs; i++)
         KVC_CHECK(msgs[i].role && msgs[i].content, KVC_ERR_ARG,
@@ -244,9 +270,11 @@ kvc_status kvc_chat_format(const char *tmpl, const kvc_chat_msg *msgs, int n_msg
         fmt_mistral(&s, kind, msgs, n_msgs);
     if (s.oom) {
         free(s.p);
+        free(s.mask);
         return kvc_fail(KVC_ERR_NOMEM, "chat_apply: prompt text");
     }
     *out = s.p;
+    *mask = s.mask;
     return KVC_OK;
 }
 

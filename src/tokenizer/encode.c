@@ -37,9 +37,19 @@ static int frag_push(fraglist *l, frag f) {
     return 0;
 }
 
+/* A control token's text at [at, at + n) may become the token: with
+ * parse_special, and when a mask is given only where every byte of the match
+ * is template text (mask 1), never where user text spells it. */
+static int special_allowed(int parse_special, const uint8_t *mask, size_t at, size_t n) {
+    if (!parse_special) return 0;
+    for (size_t i = 0; mask && i < n; i++)
+        if (!mask[at + i]) return 0;
+    return 1;
+}
+
 /* Cuts every occurrence of each special token out of the raw fragments. */
 static kvc_status partition(const kvc_tokenizer *t, const char *text, size_t len, int parse_special,
-                            fraglist *out) {
+                            const uint8_t *mask, fraglist *out) {
     fraglist cur = {0}, next = {0};
     if (frag_push(&cur, (frag){-1, 0, len})) goto nomem;
     for (int k = 0; k < t->n_specials; k++) {
@@ -55,13 +65,18 @@ static kvc_status partition(const kvc_tokenizer *t, const char *text, size_t len
                 if (frag_push(&next, f)) goto nomem;
                 continue;
             }
-            size_t pos = f.off, end = f.off + f.len;
+            int control = (t->attr[id] & (KVC_TATTR_CONTROL | KVC_TATTR_UNKNOWN)) != 0;
+            size_t pos = f.off, from = f.off, end = f.off + f.len;
             const char *p;
-            while (pos < end && (p = memmem(text + pos, end - pos, s, slen)) != NULL) {
+            while (from < end && (p = memmem(text + from, end - from, s, slen)) != NULL) {
                 size_t at = (size_t)(p - text);
+                if (control && !special_allowed(parse_special, mask, at, slen)) {
+                    from = at + 1; /* user text: stays text */
+                    continue;
+                }
                 if (at > pos && frag_push(&next, (frag){-1, pos, at - pos})) goto nomem;
                 if (frag_push(&next, (frag){id, at, slen})) goto nomem;
-                pos = at + slen;
+                pos = from = at + slen;
                 found = 1;
             }
             if (pos < end && frag_push(&next, (frag){-1, pos, end - pos})) goto nomem;
@@ -109,9 +124,15 @@ static kvc_status spm_fragment(const kvc_tokenizer *t, const char *s, size_t len
 
 kvc_status kvc_tokenizer_encode(const kvc_tokenizer *t, const char *text, size_t len, int add_bos,
                                 int parse_special, kvc_tokbuf *out) {
+    return kvc_tokenizer_encode_masked(t, text, len, add_bos, parse_special, NULL, out);
+}
+
+kvc_status kvc_tokenizer_encode_masked(const kvc_tokenizer *t, const char *text, size_t len,
+                                       int add_bos, int parse_special, const uint8_t *mask,
+                                       kvc_tokbuf *out) {
     fraglist frags = {0};
     kvc_status st = KVC_OK;
-    if (len > 0) KVC_TRY(partition(t, text, len, parse_special, &frags));
+    if (len > 0) KVC_TRY(partition(t, text, len, parse_special, mask, &frags));
     int add_special = add_bos != 0;
     if (add_special && t->add_bos && t->bos >= 0) st = kvc_tokbuf_push(out, t->bos);
     int prev_special = 1; /* SentencePiece: a leading space before the first fragment */
@@ -132,6 +153,8 @@ kvc_status kvc_tokenizer_encode(const kvc_tokenizer *t, const char *text, size_t
     return st;
 }
 
+static kvc_status copy_out(kvc_tokbuf *bp, kvc_status st, int32_t *tokens, int cap, int *n_out);
+
 kvc_status kvc_tokenizer_tokenize(const kvc_tokenizer *t, const char *text, size_t len, int add_bos,
                                   int parse_special, int32_t *tokens, int cap, int *n_out) {
     if (n_out) *n_out = 0;
@@ -142,6 +165,12 @@ kvc_status kvc_tokenizer_tokenize(const kvc_tokenizer *t, const char *text, size
               cap);
     kvc_tokbuf b = {0};
     kvc_status st = kvc_tokenizer_encode(t, text, len, add_bos, parse_special, &b);
+    return copy_out(&b, st, tokens, cap, n_out);
+}
+
+/* Copies b to the caller's buffer (at most cap tokens, *n_out the full count) and frees it. */
+static kvc_status copy_out(kvc_tokbuf *bp, kvc_status st, int32_t *tokens, int cap, int *n_out) {
+    kvc_tokbuf b = *bp;
     if (st == KVC_OK && b.n > (size_t)INT_MAX)
         st = kvc_fail(KVC_ERR_RANGE, "tokenize: %zu tokens exceed the int range", b.n);
     if (st == KVC_OK) {
@@ -151,6 +180,32 @@ kvc_status kvc_tokenizer_tokenize(const kvc_tokenizer *t, const char *text, size
     }
     free(b.v);
     return st;
+}
+
+kvc_status kvc_tokenizer_chat_tokenize(const kvc_tokenizer *t, const kvc_chat_msg *msgs, int n_msgs,
+                                       int add_assistant_prompt, int32_t *tokens, int cap,
+                                       int *n_out) {
+    KVC_CHECK(t, KVC_ERR_ARG, "chat_tokenize: no tokenizer (model not loaded?)");
+    return kvc_chat_tokenize_tmpl(t, t->chat_template, msgs, n_msgs, add_assistant_prompt, tokens,
+                                  cap, n_out);
+}
+
+kvc_status kvc_chat_tokenize_tmpl(const kvc_tokenizer *t, const char *tmpl, const kvc_chat_msg *msgs,
+                                  int n_msgs, int add_assistant_prompt, int32_t *tokens, int cap,
+                                  int *n_out) {
+    if (n_out) *n_out = 0;
+    KVC_CHECK(t, KVC_ERR_ARG, "chat_tokenize: no tokenizer (model not loaded?)");
+    KVC_CHECK(n_out, KVC_ERR_ARG, "chat_tokenize: n_out is NULL");
+    KVC_CHECK(cap >= 0 && (tokens || cap == 0), KVC_ERR_ARG,
+              "chat_tokenize: bad output buffer (cap %d)", cap);
+    char *text = NULL;
+    uint8_t *mask = NULL;
+    KVC_TRY(kvc_chat_format_masked(tmpl, msgs, n_msgs, add_assistant_prompt, &text, &mask));
+    kvc_tokbuf b = {0};
+    kvc_status st = kvc_tokenizer_encode_masked(t, text, strlen(text), 1, 1, mask, &b);
+    free(text);
+    free(mask);
+    return copy_out(&b, st, tokens, cap, n_out);
 }
 
 int32_t kvc_tokenizer_bos(const kvc_tokenizer *t) {

@@ -37,6 +37,21 @@ kvc_status kvc_tokenizer_chat_apply(const kvc_tokenizer *t, const kvc_chat_msg *
  * "llama2-sys-bos", "llama2-sys-strip", "mistral-v1", "mistral-v3",
  * "mistral-v3-tekken", "mistral-v7". */
 const char *kvc_chat_template_kind(const char *tmpl);
+/* As kvc_chat_format, with mask[i] = 1 where the template wrote byte i and 0
+ * where a message's role or content did (malloc'd, strlen(*out) bytes). */
+kvc_status kvc_chat_format_masked(const char *tmpl, const kvc_chat_msg *msgs, int n_msgs,
+                                  int add_assistant_prompt, char **out, uint8_t **mask);
+/* The conversation tokenized (BOS as the model asks): the template's markers
+ * become control tokens, the messages' text never does, whatever it spells
+ * ("<|im_end|><|im_start|>system" in a user line stays text). Output contract
+ * as kvc_tokenize. */
+kvc_status kvc_tokenizer_chat_tokenize(const kvc_tokenizer *t, const kvc_chat_msg *msgs, int n_msgs,
+                                       int add_assistant_prompt, int32_t *tokens, int cap,
+                                       int *n_out);
+/* The same with a given template text instead of the tokenizer's (tests, fuzzing). */
+kvc_status kvc_chat_tokenize_tmpl(const kvc_tokenizer *t, const char *tmpl, const kvc_chat_msg *msgs,
+                                  int n_msgs, int add_assistant_prompt, int32_t *tokens, int cap,
+                                  int *n_out);
 kvc_status kvc_chat_format(const char *tmpl, const kvc_chat_msg *msgs, int n_msgs,
                            int add_assistant_prompt, char **out);
 

@@ -150,6 +150,11 @@ kvc_status kvc_bpe_encode(const kvc_tokenizer *t, const char *text, size_t len, 
 kvc_status kvc_spm_encode(const kvc_tokenizer *t, const char *text, size_t len, kvc_tokbuf *out);
 
 /* Full encode into a growable buffer (the public kvc_tokenize wraps this). */
+/* As kvc_tokenizer_encode; with parse_special, a control token's text becomes
+ * the token only where mask (NULL: everywhere) is 1 on all its bytes. */
+kvc_status kvc_tokenizer_encode_masked(const kvc_tokenizer *t, const char *text, size_t len,
+                                       int add_bos, int parse_special, const uint8_t *mask,
+                                       kvc_tokbuf *out);
 kvc_status kvc_tokenizer_encode(const kvc_tokenizer *t, const char *text, size_t len, int add_bos,
                                 int parse_special, kvc_tokbuf *out);
 
