@@ -88,7 +88,7 @@ expect 2 "-m needs a value" "$KVCOMP" run -p hi -m
 expect 2 "unknown option '--bogus'" "$KVCOMP" run -m "$MODEL" -p hi --bogus
 expect 2 "give a prompt" "$KVCOMP" run -m "$MODEL"
 expect 2 "--kv nosuchmethod" "$KVCOMP" run -m "$MODEL" -p hi --kv nosuchmethod
-expect 1 "cannot open $TMP/missing.txt" "$KVCOMP" run -m "$MODEL" -f "$TMP/missing.txt"
+expect 1 "$TMP/missing.txt: cannot open" "$KVCOMP" run -m "$MODEL" -f "$TMP/missing.txt"
 
 # prompt longer than the context: says how long it is and how to raise -c
 if [[ -r "$MODEL" ]]; then

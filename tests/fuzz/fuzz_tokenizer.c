@@ -7,8 +7,8 @@
  *    spell the text back exactly with control tokens hidden, so user text
  *    never becomes a control token - for well-formed UTF-8 on the default
  *    model's vocabulary, for ASCII on the cut-down fixtures, in both cases
- *    made of ASCII bytes the vocabulary has a token for (SmolLM2 has none
- *    for some control bytes, e.g. 0x16, which llama.cpp and kvcomp drop);
+ *    made of bytes the vocabulary has a token for (SmolLM2 has none for some,
+ *    e.g. 0x16 and 0xF1, which llama.cpp and kvcomp drop from the text);
  *  - the same with parse_special = 1 and special tokens shown (they are
  *    their own text);
  *  - the incremental detokenizer takes any id sequence (BOS included).
@@ -24,7 +24,7 @@ static const char *const k_vocabs[] = {"gpt2-mini",  "default-mini", "smollm-min
                                        "qwen2-mini", "spm-mini",     "model"};
 enum { N_VOCABS = sizeof k_vocabs / sizeof k_vocabs[0], SPM = 5, FULL = 6 };
 static kvc_tokenizer *g_tok[N_VOCABS];
-static uint8_t g_ascii_ok[N_VOCABS][128]; /* the byte tokenizes and spells back alone */
+static uint8_t g_byte_ok[N_VOCABS][256]; /* the vocabulary has a token for the byte */
 
 /* Strict UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF. */
 static int utf8_valid(const uint8_t *s, size_t n) {
@@ -47,7 +47,7 @@ static int utf8_valid(const uint8_t *s, size_t n) {
 /* The text is one the vocabulary can spell back. */
 static int spellable(int v, const uint8_t *s, size_t n) {
     for (size_t i = 0; i < n; i++)
-        if (s[i] < 128 ? !g_ascii_ok[v][s[i]] : v != FULL) return 0;
+        if (!g_byte_ok[v][s[i]] || (s[i] >= 128 && v != FULL)) return 0;
     return v != FULL || utf8_valid(s, n);
 }
 
@@ -74,23 +74,38 @@ static char *spell(const kvc_tokenizer *t, const int32_t *ids, int n_ids, int sh
     return out;
 }
 
-static void find_ascii_bytes(int v) {
-    for (int b = 0; b < 128; b++) {
-        char c = (char)b;
-        int n = 0;
-        size_t m = 0;
-        int32_t *ids = fuzz_tokenize(g_tok[v], &c, 1, 0, 0, &n);
-        char *back = spell(g_tok[v], ids, n, 0, &m);
-        g_ascii_ok[v][b] = m == 1 && back[0] == c;
-        free(back);
-        free(ids);
+/* The text spells back through the vocabulary. */
+static int round_trips(int v, const char *text, size_t len) {
+    int n = 0;
+    size_t m = 0;
+    int32_t *ids = fuzz_tokenize(g_tok[v], text, len, 0, 0, &n);
+    char *back = spell(g_tok[v], ids, n, 0, &m);
+    int ok = m == len && memcmp(back, text, len) == 0;
+    free(back);
+    free(ids);
+    return ok;
+}
+
+/* Which bytes the vocabulary has a token for: each ASCII byte alone, each
+ * other byte inside the shortest well-formed character holding it (a
+ * continuation byte after C2, a lead byte before the continuations it needs). */
+static void find_bytes(int v) {
+    for (int b = 0; b < 256; b++) {
+        char c[4] = {(char)b, (char)0x80, (char)0x80, (char)0x80};
+        size_t len = 1;
+        if (b >= 0x80 && b < 0xc0) c[0] = (char)0xc2, c[1] = (char)b, len = 2;
+        else if (b >= 0xc2 && b < 0xe0) len = 2;
+        else if (b >= 0xe0 && b < 0xf0) c[1] = (char)(b == 0xe0 ? 0xa0 : 0x80), len = 3;
+        else if (b >= 0xf0 && b < 0xf5) c[1] = (char)(b == 0xf0 ? 0x90 : 0x80), len = 4;
+        else if (b >= 0x80) continue; /* never in well-formed UTF-8 */
+        g_byte_ok[v][b] = (uint8_t)round_trips(v, c, len);
     }
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     for (int i = 0; i < N_VOCABS; i++) {
         g_tok[i] = fuzz_vocab(k_vocabs[i]);
-        find_ascii_bytes(i);
+        find_bytes(i);
     }
     return 0;
 }
