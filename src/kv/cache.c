@@ -94,7 +94,10 @@ kvc_status kvc_cache_create(const kvc_cache_shape *shape, const char *spec, stru
     if (st == KVC_OK) st = kvc_attend_ws_create(&c->ws);
     c->n_pws = pool ? kvc_pool_threads(pool) : 1;
     c->pws = calloc((size_t)c->n_pws, sizeof *c->pws);
-    if (!c->pws) st = kvc_fail(KVC_ERR_NOMEM, "prefill workspaces");
+    if (!c->pws) {
+        c->n_pws = 0; /* kvc_cache_free walks pws[0..n_pws) */
+        st = kvc_fail(KVC_ERR_NOMEM, "prefill workspaces");
+    }
     for (int i = 0; i < c->n_pws && st == KVC_OK; i++) st = kvc_prefill_ws_create(&c->pws[i]);
     c->i_hot_leave = c->i_build = c->i_select = -1;
     for (int j = 0; j < c->spec.n && st == KVC_OK; j++) {
