@@ -29,6 +29,7 @@
 
 #include "base/status.h"
 #include "kv/codec/dense.h"
+#include "kv/method/budget.h"
 #include "kv/method/method.h"
 #include "kv/softmax.h"
 
@@ -273,13 +274,6 @@ static kvc_status compact(const h2o_state *st, kvc_stream *s) {
     return KVC_OK;
 }
 
-/* ceil(frac * seen) with frac read as the decimal the user wrote (the float
- * parameter 0.3f is 0.30000001, which would round 1200 * 0.3 up to 361). */
-static int64_t frac_count(float frac, int64_t seen) {
-    double f = round((double)frac * 1e6) / 1e6;
-    return (int64_t)ceil(f * (double)seen - 1e-9);
-}
-
 /* Keeps ceil(budget * seen) tokens: the newest ceil(recent * seen), and the
  * heavy hitters — the highest accumulated scores among the older live tokens,
  * for the rest of the budget. Older tokens still in the hot window compete for
@@ -287,8 +281,8 @@ static int64_t frac_count(float frac, int64_t seen) {
  * (the next call evicts them if they still lose). */
 static kvc_status evict(const h2o_state *st, h2o_stream *hs, kvc_stream *s) {
     int64_t seen = s->n_pos;
-    int64_t keep = frac_count(st->cfg.budget, seen);
-    int64_t n_recent = frac_count(st->cfg.recent, seen);
+    int64_t keep = kvc_budget_tokens(st->cfg.budget, seen);
+    int64_t n_recent = kvc_budget_tokens(st->cfg.recent, seen);
     int64_t recent_from = seen - n_recent;
     int64_t hot_from = seen - s->hot->n;
     int64_t live = kvc_stream_live_tokens(s);

@@ -16,6 +16,7 @@ extern const kvc_method kvc_method_h2o;
 extern const kvc_method kvc_method_think;
 extern const kvc_method kvc_method_kivi;
 extern const kvc_method kvc_method_kvmix;
+extern const kvc_method kvc_method_quest;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
@@ -24,6 +25,7 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_think,
     &kvc_method_kivi,
     &kvc_method_kvmix,
+    &kvc_method_quest,
     NULL,
 };
 

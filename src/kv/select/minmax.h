@@ -1,0 +1,43 @@
+/* Min/max key bounds of token units: the selection index of Quest (pages of a
+ * fixed length) and SentKV (sentences of any length). Per unit and channel the
+ * index keeps the largest and the smallest key element; for a query q
+ *
+ *     bound(q, unit) = sum_i max(q_i * max_i, q_i * min_i)
+ *
+ * is an upper bound of q·k for every key k of the unit (each term bounds
+ * q_i * k_i because k_i lies in [min_i, max_i]). The bounds are stored in f16
+ * rounded outward (max up, min down), so the stored interval still contains
+ * every key element and the bound stays an upper bound; this halves the index
+ * against f32 (2 * dim * 2 bytes per unit).
+ *
+ * A KV stream serves the G query heads of its group; the unit's score is the
+ * largest of the G per-head bounds: a unit is needed if any head of the group
+ * may attend to it strongly, and each head's bound still bounds its scores.
+ *
+ * Units are appended in token order (consecutive ranges from token 0 of the
+ * chunk): chunks that grow by appending (quest pages, sentkv sentences) extend
+ * their index the same way. */
+#ifndef KVC_KV_SELECT_MINMAX_H
+#define KVC_KV_SELECT_MINMAX_H
+
+#include "kv/select/selector.h"
+
+typedef struct kvc_minmax kvc_minmax;
+
+/* An empty index over rows of dim elements. */
+kvc_status kvc_minmax_create(int dim, kvc_minmax **out);
+
+/* Appends one unit of n >= 1 keys k [n][ld], covering the n tokens after the
+ * previous unit. */
+kvc_status kvc_minmax_add(kvc_minmax *x, const float *k, int n, int ld);
+
+/* Tokens covered by the units so far. */
+int kvc_minmax_tokens(const kvc_minmax *x);
+
+/* Per-head bounds of unit u for q [G][ldq]: out[g]. */
+void kvc_minmax_bounds(const kvc_minmax *x, int u, const float *q, int G, int ldq, float *out);
+
+/* The selector ("minmax"); its index is a kvc_minmax. */
+extern const kvc_selector_ops kvc_selector_minmax;
+
+#endif

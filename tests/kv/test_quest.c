@@ -1,0 +1,278 @@
+/* The min/max bound index (select/minmax.h) and the quest method:
+ *  - the bound of a unit is an upper bound of q·k for every key of the unit
+ *    and every query head (random and adversarial keys: wide ranges, zeros,
+ *    values that f16 cannot hold exactly, units of 1 token), and the unit's
+ *    score is the largest head bound;
+ *  - quest keeps the current page hot, seals whole pages with one index entry
+ *    each, counts the index bytes, and with budget = all (1 or a count above
+ *    the context) its attention equals the plain reference over the cache;
+ *  - with a small budget the attended pages are the best-scored ones.
+ *    (Real keys of the model: tests/model/test_select_bounds.c.)
+ *
+ * Tolerance of the attention comparison: |Δ| <= 3e-5 * (1 + |ref|). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kv/attend.h"
+#include "kv/cache_impl.h"
+#include "kv/select/minmax.h"
+#include "kv/synth.h"
+
+static uint64_t rng = 777;
+static float frand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+}
+
+static void expect_close(const float *a, const float *ref, size_t n, double tol, const char *what) {
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - ref[i]) / (1.0 + fabs(ref[i]));
+        if (!(e <= tol)) fail_msg("%s: element %zu: %g vs %g (err %g > %g)", what, i, a[i], ref[i], e, tol);
+    }
+}
+
+/* Checks every token of every unit of x against its bounds: k [n][d]. */
+static void check_bounds(const kvc_minmax *x, const float *k, int d, const float *q, int G) {
+    float b[8];
+    int nu = kvc_selector_minmax.n_units(x);
+    for (int u = 0; u < nu; u++) {
+        kvc_range r = kvc_selector_minmax.unit(x, u);
+        kvc_minmax_bounds(x, u, q, G, d, b);
+        for (int g = 0; g < G; g++) {
+            for (int t = r.begin; t < r.end; t++) {
+                double dot = 0, mag = 0;
+                for (int i = 0; i < d; i++) {
+                    dot += (double)q[g * d + i] * k[(size_t)t * d + i];
+                    mag += fabs((double)q[g * d + i] * k[(size_t)t * d + i]);
+                }
+                if (!(dot <= b[g] + 1e-5 * (1.0 + mag)))
+                    fail_msg("unit %d token %d head %d: q.k %g above the bound %g", u, t, g, dot, b[g]);
+            }
+        }
+    }
+}
+
+/* Keys of several kinds: uniform, wide-range, mostly zero, f16-inexact. */
+static void make_keys(float *k, int n, int d, int kind) {
+    for (int i = 0; i < n * d; i++) {
+        float r = frand();
+        switch (kind) {
+        case 0: k[i] = r; break;
+        case 1: k[i] = r * 3000.0f; break;
+        case 2: k[i] = (i % 7) ? 0.0f : r; break;
+        default: k[i] = 1.0f + r * 1e-4f; break; /* many values between two f16 */
+        }
+    }
+}
+
+static void test_bound_random(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    enum { D = 64, NT = 2000, G = 3 };
+    float *k = malloc(sizeof(float) * NT * D), q[G * D];
+    for (int kind = 0; kind < 4; kind++) {
+        make_keys(k, NT, D, kind);
+        kvc_minmax *x;
+        assert_int_equal(kvc_minmax_create(D, &x), KVC_OK);
+        int t = 0;
+        while (t < NT) {
+            int len = 1 + (int)((frand() + 1.0f) * 20.0f);
+            if (len > NT - t) len = NT - t;
+            assert_int_equal(kvc_minmax_add(x, k + (size_t)t * D, len, D), KVC_OK);
+            t += len;
+        }
+        assert_int_equal(kvc_minmax_tokens(x), NT);
+        for (int trial = 0; trial < 5; trial++) {
+            for (int i = 0; i < G * D; i++) q[i] = frand() * (trial + 1);
+            check_bounds(x, k, D, q, G);
+            /* the score is the largest head bound */
+            int nu = kvc_selector_minmax.n_units(x);
+            float *sc = malloc(sizeof(float) * nu), b[G];
+            kvc_selector_minmax.score(x, q, G, D, sc);
+            for (int u = 0; u < nu; u++) {
+                kvc_minmax_bounds(x, u, q, G, D, b);
+                float m = b[0] > b[1] ? b[0] : b[1];
+                m = m > b[2] ? m : b[2];
+                assert_true(sc[u] == m);
+            }
+            free(sc);
+        }
+        kvc_selector_minmax.free(x);
+    }
+    free(k);
+}
+
+static void test_bad_index_input(void **state) {
+    (void)state;
+    kvc_minmax *x;
+    assert_int_equal(kvc_minmax_create(0, &x), KVC_ERR_ARG);
+    assert_int_equal(kvc_minmax_create(2000, &x), KVC_ERR_ARG);
+    assert_int_equal(kvc_minmax_create(4, &x), KVC_OK);
+    float k[4] = {0};
+    assert_int_equal(kvc_minmax_add(x, k, 0, 4), KVC_ERR_ARG);
+    kvc_selector_minmax.free(x);
+    assert_int_equal(kvc_method_validate("quest:page=16,block=100"), KVC_ERR_ARG);
+    assert_int_equal(kvc_method_validate("quest:budget=-1"), KVC_ERR_ARG);
+    assert_int_equal(kvc_method_validate("quest:0.1,page=32,dense=0"), KVC_OK);
+}
+
+enum { NL = 3, NH = 6, NKV = 2, GQ = 3, HD = 64, NTOK = 1500, NPRE = 1100 };
+
+static void make_q(float *q, const float *k, int t) { /* a key of the past, perturbed: peaked scores */
+    for (int h = 0; h < NKV; h++)
+        for (int g = 0; g < GQ; g++)
+            for (int i = 0; i < HD; i++)
+                q[(h * GQ + g) * HD + i] = k[((size_t)t * NKV + h) * HD + i] * (1.0f + 0.25f * frand());
+}
+
+/* Prefill NPRE tokens in chunks of 275, decode the rest; at some steps compare
+ * with the reference (budget all) or check the page layout. */
+static void run(const char *spec, int all) {
+    kvc_codecs_init();
+    kvc_cache_shape shape = {.n_layers = NL, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
+    kvc_cache *c;
+    assert_int_equal(kvc_cache_create(&shape, spec, NULL, &c), KVC_OK);
+    size_t row = (size_t)NKV * HD;
+    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
+    float *q = malloc(sizeof(float) * 275 * NH * HD), *out = malloc(sizeof(float) * 275 * NH * HD);
+    float ref[GQ * HD];
+    kvc_synth_kv(NKV, HD, 0, NTOK, 5, k, v);
+    for (int l = 0; l < NL; l++)
+        for (int t0 = 0; t0 < NPRE; t0 += 275) {
+            for (int i = 0; i < 275; i++) make_q(q + (size_t)i * NH * HD, k, t0 + i);
+            assert_int_equal(kvc_cache_prefill(c, l, 275, q, k + t0 * row, v + t0 * row, out), KVC_OK);
+        }
+    for (int t = NPRE; t < NTOK; t++)
+        for (int l = 0; l < NL; l++) {
+            assert_int_equal(kvc_cache_append(c, l, k + t * row, v + t * row), KVC_OK);
+            make_q(q, k, (t * 7919) % t);
+            assert_int_equal(kvc_cache_attend(c, l, q, out), KVC_OK);
+            for (int h = 0; h < NKV; h++) {
+                kvc_stream *s = kvc_cache_stream(c, l, h);
+                /* selected layers keep the current page hot (1..16 tokens); dense ones seal all */
+                if (l >= 2) assert_true(s->hot->n >= 1 && s->hot->n <= 16);
+                else assert_int_equal(s->hot->n, 0);
+                if (all && t % 37 == 0) {
+                    assert_int_equal(kvc_attend_reference(s, q + h * GQ * HD, GQ, ref), KVC_OK);
+                    expect_close(out + h * GQ * HD, ref, GQ * HD, 3e-5, spec);
+                }
+            }
+        }
+    /* pages: every sealed chunk of a selected layer is whole pages with one
+     * index entry per page; the index bytes are in the stats */
+    uint64_t pages = 0;
+    for (int l = 2; l < NL; l++)
+        for (int h = 0; h < NKV; h++) {
+            kvc_stream *s = kvc_cache_stream(c, l, h);
+            for (int ci = 0; ci < s->n_chunks; ci++) {
+                const kvc_chunk *ch = s->chunks[ci];
+                assert_ptr_equal(ch->sel.ops, &kvc_selector_minmax);
+                assert_int_equal(ch->n % 16, 0);
+                assert_int_equal(kvc_minmax_tokens(ch->sel.index), ch->n);
+                pages += (uint64_t)ch->n / 16;
+            }
+        }
+    kvc_cache_stats st;
+    kvc_cache_stats_get(c, &st);
+    assert_true(st.index_bytes >= pages * 2 * HD * 2);
+    kvc_cache_free(c);
+    free(k), free(v), free(q), free(out);
+}
+
+static void test_quest_all_is_full(void **state) {
+    (void)state;
+    run("quest:budget=1", 1);
+    run("quest:budget=100000,block=64", 1);
+}
+
+static void test_quest_budget(void **state) {
+    (void)state;
+    run("quest:budget=0.1", 0);
+    run("quest:budget=200,block=32", 0);
+}
+
+/* With a small budget, the pages attended are the top-scored ones: the output
+ * equals attention over those pages plus the hot window, computed from the
+ * decoded keys in double precision. */
+static void test_quest_attends_top_pages(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
+    kvc_cache *c;
+    assert_int_equal(kvc_cache_create(&shape, "quest:budget=0.05,dense=0", NULL, &c), KVC_OK);
+    size_t row = (size_t)NKV * HD;
+    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
+    float q[NH * HD], out[NH * HD];
+    kvc_synth_kv(NKV, HD, 0, NTOK, 9, k, v);
+    assert_int_equal(kvc_cache_load(c, 0, 1203, k, v), KVC_OK);
+    make_q(q, k, 500);
+    assert_int_equal(kvc_cache_attend(c, 0, q, out), KVC_OK);
+    float scale = 1.0f / sqrtf((float)HD);
+    for (int h = 0; h < NKV; h++) {
+        kvc_stream *s = kvc_cache_stream(c, 0, h);
+        assert_int_equal(s->n_chunks, 1);
+        const kvc_chunk *ch = s->chunks[0];
+        int nu = kvc_selector_minmax.n_units(ch->sel.index);
+        float qs[GQ * HD], *sc = malloc(sizeof(float) * nu);
+        for (int i = 0; i < GQ * HD; i++) qs[i] = q[h * GQ * HD + i] * scale;
+        kvc_selector_minmax.score(ch->sel.index, qs, GQ, HD, sc);
+        int64_t budget = (int64_t)ceil(0.05 * 1203) - s->hot->n;
+        int take = (int)(budget / 16);
+        uint8_t *pick = calloc((size_t)nu, 1);
+        for (int j = 0; j < take; j++) { /* best remaining, earlier first on ties */
+            int b = -1;
+            for (int u = 0; u < nu; u++)
+                if (!pick[u] && (b < 0 || sc[u] > sc[b])) b = u;
+            pick[b] = 1;
+        }
+        /* reference over the picked pages and the hot window */
+        float *kd = malloc(sizeof(float) * 1203 * HD), *vd = malloc(sizeof(float) * 1203 * HD);
+        int n = 0;
+        for (int u = 0; u < nu; u++)
+            if (pick[u]) {
+                assert_int_equal(kvc_chunk_decode(ch, u * 16, u * 16 + 16, kd + n * HD, vd + n * HD, HD), KVC_OK);
+                n += 16;
+            }
+        assert_int_equal(kvc_chunk_decode(s->hot, 0, s->hot->n, kd + n * HD, vd + n * HD, HD), KVC_OK);
+        n += s->hot->n;
+        for (int g = 0; g < GQ; g++) {
+            double m = -INFINITY, l = 0, o[HD] = {0}, *p = malloc(sizeof(double) * n);
+            for (int t = 0; t < n; t++) {
+                double dot = 0;
+                for (int i = 0; i < HD; i++) dot += (double)qs[g * HD + i] * kd[t * HD + i];
+                p[t] = dot;
+                if (dot > m) m = dot;
+            }
+            for (int t = 0; t < n; t++) {
+                double e = exp(p[t] - m);
+                l += e;
+                for (int i = 0; i < HD; i++) o[i] += e * vd[t * HD + i];
+            }
+            float want[HD];
+            for (int i = 0; i < HD; i++) want[i] = (float)(o[i] / l);
+            expect_close(out + (h * GQ + g) * HD, want, HD, 3e-5, "top pages");
+            free(p);
+        }
+        free(kd), free(vd), free(pick), free(sc);
+    }
+    kvc_cache_free(c);
+    free(k), free(v);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bound_random),
+        cmocka_unit_test(test_bad_index_input),
+        cmocka_unit_test(test_quest_all_is_full),
+        cmocka_unit_test(test_quest_budget),
+        cmocka_unit_test(test_quest_attends_top_pages),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
