@@ -13,6 +13,7 @@
 #include "kv/codec/chanprune.h"
 #include "kv/codec/dense.h"
 #include "kv/codec/iquant.h"
+#include "kv/codec/packkv.h"
 #include "kv/softmax.h"
 
 static const kvc_codec_ops *const codecs[] = {
@@ -25,6 +26,8 @@ static const kvc_codec_ops *const codecs[] = {
     &kvc_codec_chanprune_f16,
     &kvc_codec_iq_k,
     &kvc_codec_iq_v,
+    &kvc_codec_packkv_k,
+    &kvc_codec_packkv_v,
     NULL,
 };
 
@@ -42,6 +45,8 @@ static void init_all(void) {
     kvc_dense_init(isa);
     if (isa >= KVC_ISA_AVX2) kvc_iq_register_avx2(&kvc_iq_k);
     if (isa >= KVC_ISA_AVX512) kvc_iq_register_avx512(&kvc_iq_k);
+    if (isa >= KVC_ISA_AVX2) kvc_pk_register_avx2(&kvc_pk_k);
+    if (isa >= KVC_ISA_AVX512) kvc_pk_register_avx512(&kvc_pk_k); /* after AVX2: packs of 8 stay there */
 }
 
 void kvc_codecs_init(void) { pthread_once(&init_once, init_all); }

@@ -17,6 +17,7 @@ extern const kvc_method kvc_method_think;
 extern const kvc_method kvc_method_kivi;
 extern const kvc_method kvc_method_kvmix;
 extern const kvc_method kvc_method_quest;
+extern const kvc_method kvc_method_packkv;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
@@ -26,6 +27,7 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_kivi,
     &kvc_method_kvmix,
     &kvc_method_quest,
+    &kvc_method_packkv,
     NULL,
 };
 

@@ -1,0 +1,235 @@
+/* AVX2 kernels of the PackKV codecs (packkv.h), packs of 8 and 16 tokens.
+ *
+ * Unpacking 8 residuals of w bits (w bytes) into the 8 lanes of a register:
+ * one 16-byte load broadcast to both 128-bit lanes, vpshufb with the width's
+ * table (lane t gets bytes floor(t*w/8) and the next), vpsrlvd by (t*w) mod 8
+ * and a mask of w bits. A pack of 16 is two such halves, the second starting
+ * at byte w (token 8 begins at bit 8w). The residuals stay in registers.
+ *
+ * qk (key blocks, pack-major): per pack, tokens in lanes, one unpack and one
+ * FMA per head and half per channel, up to 4 heads per unpack; scale, min
+ * and sum_c q_c pmin_c once per pack. pv (value blocks, channel-major): per
+ * channel, the packs of the range times the precomputed weights p_t s_t, one
+ * accumulator per head and half, one horizontal sum per channel and block,
+ * up to 4 heads per unpack. Results equal the scalar reference up to the
+ * order of float sums. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/codec/packkv.h"
+
+static uint8_t shuf8[9][32] __attribute__((aligned(32)));
+static uint32_t shift8[9][8] __attribute__((aligned(32)));
+
+static void build_tables(void) {
+    for (int w = 0; w <= 8; w++)
+        for (int t = 0; t < 8; t++) {
+            int byte = t * w / 8, at = 16 * (t / 4) + 4 * (t % 4);
+            memset(&shuf8[w][at], 0x80, 4);
+            if (w) {
+                shuf8[w][at] = (uint8_t)byte;
+                shuf8[w][at + 1] = (uint8_t)(byte + 1);
+            }
+            shift8[w][t] = (uint32_t)(t * w % 8);
+        }
+}
+
+/* The 8 residuals at src (width w) as floats. */
+static inline __attribute__((always_inline)) __m256 unpack8(const uint8_t *src, int w) {
+    __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)src));
+    x = _mm256_shuffle_epi8(x, _mm256_load_si256((const __m256i *)shuf8[w]));
+    x = _mm256_srlv_epi32(x, _mm256_load_si256((const __m256i *)shift8[w]));
+    x = _mm256_and_si256(x, _mm256_set1_epi32((1 << w) - 1));
+    return _mm256_cvtepi32_ps(x);
+}
+
+static inline __m256 bf16x8(const uint16_t *p) {
+    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
+    x = _mm_add_ss(x, _mm_movehdup_ps(x));
+    return _mm_cvtss_f32(x);
+}
+
+/* A lane mask (all ones in lanes l with lo <= first + l < hi) for 8 lanes. */
+static inline __m256i lanes8(int first, int lo, int hi) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i t = _mm256_add_epi32(idx, _mm256_set1_epi32(first));
+    __m256i ge = _mm256_cmpgt_epi32(t, _mm256_set1_epi32(lo - 1));
+    __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), t);
+    return _mm256_and_si256(ge, lt);
+}
+
+static float dot_u8(const float *q, const uint8_t *m, int dim) {
+    __m256 acc = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= dim; c += 8) {
+        __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(m + c))));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), mv, acc);
+    }
+    float r = hsum8(acc);
+    for (; c < dim; c++) r += q[c] * (float)m[c];
+    return r;
+}
+
+static float sum_f32(const float *x, int n) {
+    __m256 acc = _mm256_setzero_ps();
+    int c = 0;
+    for (; c + 8 <= n; c += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + c));
+    float r = hsum8(acc);
+    for (; c < n; c++) r += x[c];
+    return r;
+}
+
+static inline int width_of(const kvc_pk_block *b, int item) {
+    return (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
+}
+
+/* ---- qk ------------------------------------------------------------------------ */
+
+/* One pack (8 or 16 tokens = NHALF halves) of NH heads. */
+static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b, const float *q,
+                                                           int ldq, int j0, int j1, float *s,
+                                                           int lds, const int NH, const int NHALF) {
+    const int dim = b->dim, P = 8 * NHALF, p0 = j0 / P, p1 = (j1 + P - 1) / P;
+    float qsum[4];
+    for (int h = 0; h < NH; h++) qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
+    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0 * dim);
+    for (int p = p0; p < p1; p++) {
+        const int item0 = p * dim;
+        __m256 acc[4][2];
+        for (int h = 0; h < NH; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
+        for (int c = 0; c < dim; c++) {
+            int w = width_of(b, item0 + c);
+            __m256 r0 = unpack8(src, w), r1 = NHALF == 2 ? unpack8(src + w, w) : r0;
+            src += NHALF * w;
+            for (int h = 0; h < NH; h++) {
+                __m256 qc = _mm256_broadcast_ss(q + (size_t)h * ldq + c);
+                acc[h][0] = _mm256_fmadd_ps(r0, qc, acc[h][0]);
+                if (NHALF == 2) acc[h][1] = _mm256_fmadd_ps(r1, qc, acc[h][1]);
+            }
+        }
+        for (int h = 0; h < NH; h++) {
+            float dmin = dot_u8(q + (size_t)h * ldq, b->pmins + item0, dim);
+            for (int half = 0; half < NHALF; half++) {
+                int first = P * p + 8 * half;
+                __m256 sc = bf16x8(b->scales + first), mn = _mm256_loadu_ps(b->mins + first);
+                __m256 x = _mm256_add_ps(acc[h][half], _mm256_set1_ps(dmin));
+                x = _mm256_fmadd_ps(mn, _mm256_set1_ps(qsum[h]), _mm256_mul_ps(sc, x));
+                float out[8];
+                _mm256_storeu_ps(out, x);
+                int lo = first > j0 ? first : j0, hi = first + 8 < j1 ? first + 8 : j1;
+                for (int j = lo; j < hi; j++) s[(size_t)h * lds + j - j0] = out[j - first];
+            }
+        }
+    }
+}
+
+static void qk_avx2(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
+                    int lds) {
+    for (int h0 = 0; h0 < G; h0 += 4) {
+        const float *qh = q + (size_t)h0 * ldq;
+        float *sh = s + (size_t)h0 * lds;
+        int nh = G - h0 < 4 ? G - h0 : 4;
+        if (b->pack == 16) {
+            switch (nh) {
+            case 1: qk_heads(b, qh, ldq, j0, j1, sh, lds, 1, 2); break;
+            case 2: qk_heads(b, qh, ldq, j0, j1, sh, lds, 2, 2); break;
+            case 3: qk_heads(b, qh, ldq, j0, j1, sh, lds, 3, 2); break;
+            default: qk_heads(b, qh, ldq, j0, j1, sh, lds, 4, 2); break;
+            }
+        } else {
+            switch (nh) {
+            case 1: qk_heads(b, qh, ldq, j0, j1, sh, lds, 1, 1); break;
+            case 2: qk_heads(b, qh, ldq, j0, j1, sh, lds, 2, 1); break;
+            case 3: qk_heads(b, qh, ldq, j0, j1, sh, lds, 3, 1); break;
+            default: qk_heads(b, qh, ldq, j0, j1, sh, lds, 4, 1); break;
+            }
+        }
+    }
+}
+
+/* ---- pv ------------------------------------------------------------------------ */
+
+enum { MAXH = KVC_PK_MAX_BLOCK / 8 };
+
+static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b, const float *p,
+                                                           int ldp, int j0, int j1, float *o,
+                                                           int ldo, const int NH, const int NHALF) {
+    const int dim = b->dim, np = b->np, P = 8 * NHALF, p0 = j0 / P, p1 = (j1 + P - 1) / P;
+    __m256 wv[4][MAXH];
+    float wsum[4][MAXH], mterm[4];
+    for (int h = 0; h < NH; h++) {
+        const float *ph = p + (size_t)h * ldp - j0;
+        __m256 mt = _mm256_setzero_ps();
+        for (int pk = p0; pk < p1; pk++) {
+            __m256 ws = _mm256_setzero_ps();
+            for (int half = 0; half < NHALF; half++) {
+                int first = P * pk + 8 * half;
+                __m256i k = lanes8(first, j0, j1);
+                __m256 pw = _mm256_maskload_ps(ph + first, k);
+                __m256 x = _mm256_mul_ps(pw, bf16x8(b->scales + first));
+                wv[h][pk * NHALF + half] = x;
+                ws = _mm256_add_ps(ws, x);
+                mt = _mm256_fmadd_ps(pw, _mm256_loadu_ps(b->mins + first), mt);
+            }
+            wsum[h][pk] = hsum8(ws);
+        }
+        mterm[h] = hsum8(mt);
+    }
+    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0);
+    for (int c = 0; c < dim; c++) {
+        __m256 acc[4];
+        float pm[4];
+        for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_ps(), pm[h] = mterm[h];
+        for (int pk = p0; pk < p1; pk++) {
+            int item = c * np + pk, w = width_of(b, item);
+            __m256 r0 = unpack8(src, w), r1 = NHALF == 2 ? unpack8(src + w, w) : r0;
+            float m = (float)b->pmins[item];
+            src += NHALF * w;
+            for (int h = 0; h < NH; h++) {
+                acc[h] = _mm256_fmadd_ps(r0, wv[h][pk * NHALF], acc[h]);
+                if (NHALF == 2) acc[h] = _mm256_fmadd_ps(r1, wv[h][pk * NHALF + 1], acc[h]);
+                pm[h] += m * wsum[h][pk];
+            }
+        }
+        for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += hsum8(acc[h]) + pm[h];
+        if ((p1 != np || p0 != 0) && c + 1 < dim) /* skip to pack p0 of the next channel */
+            for (int i = c * np + p1; i < (c + 1) * np + p0; i++) src += NHALF * width_of(b, i);
+    }
+}
+
+static void pv_avx2(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
+                    int ldo) {
+    for (int h0 = 0; h0 < G; h0 += 4) {
+        const float *ph = p + (size_t)h0 * ldp;
+        float *oh = o + (size_t)h0 * ldo;
+        int nh = G - h0 < 4 ? G - h0 : 4;
+        if (b->pack == 16) {
+            switch (nh) {
+            case 1: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 1, 2); break;
+            case 2: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 2, 2); break;
+            case 3: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 3, 2); break;
+            default: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 4, 2); break;
+            }
+        } else {
+            switch (nh) {
+            case 1: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 1, 1); break;
+            case 2: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 2, 1); break;
+            case 3: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 3, 1); break;
+            default: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 4, 1); break;
+            }
+        }
+    }
+}
+
+void kvc_pk_register_avx2(kvc_pk_kernels *k) {
+    build_tables();
+    k->qk = qk_avx2;
+    k->pv = pv_avx2;
+}

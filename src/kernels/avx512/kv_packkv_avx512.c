@@ -1,0 +1,218 @@
+/* AVX-512 kernels of the PackKV codecs (packkv.h), packs of 16 tokens.
+ *
+ * Unpacking one pack (16 residuals of w bits, 2w bytes) into the 16 lanes of
+ * a register: one 16-byte load broadcast to the four 128-bit lanes, vpshufb
+ * with the width's table (lane t gets bytes floor(t*w/8) and the next),
+ * vpsrlvd by (t*w) mod 8 and a mask of w bits. The residual bytes never go
+ * back to memory.
+ *
+ * qk (key blocks, pack-major): per pack, tokens in lanes; per channel one
+ * unpack and one FMA per head against the broadcast q_c; the pack's sum_c
+ * q_c pmin_c and the per-token scale and min are applied once per pack. Up to
+ * 8 heads share one unpack.
+ *
+ * pv (value blocks, channel-major): per channel, the packs of the range are
+ * unpacked in turn and multiplied by the precomputed weights p_t s_t of their
+ * tokens (zero outside the range), one accumulator per head, one horizontal
+ * sum per channel and block; pmin_c times the pack's weight sum and
+ * sum_t p_t m_t are scalar terms. Up to 4 heads share one unpack.
+ *
+ * Packs of 8 tokens run the AVX2 kernels (registered before these). Results
+ * equal the scalar reference up to the order of float sums. */
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kv/codec/packkv.h"
+
+static uint8_t shuf16[9][64] __attribute__((aligned(64)));
+static uint32_t shift16[9][16] __attribute__((aligned(64)));
+static kvc_pk_kernels narrow; /* the kernels for packs of 8 */
+
+static void build_tables(void) {
+    for (int w = 0; w <= 8; w++)
+        for (int t = 0; t < 16; t++) {
+            int byte = t * w / 8, at = 16 * (t / 4) + 4 * (t % 4);
+            memset(&shuf16[w][at], 0x80, 4);
+            if (w) {
+                shuf16[w][at] = (uint8_t)byte;
+                shuf16[w][at + 1] = byte + 1 < 16 ? (uint8_t)(byte + 1) : 0x80;
+            }
+            shift16[w][t] = (uint32_t)(t * w % 8);
+        }
+}
+
+/* The 16 residuals of the pack at src (width w) as floats. */
+static inline __attribute__((always_inline)) __m512 unpack16(const uint8_t *src, int w) {
+    __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)src));
+    x = _mm512_shuffle_epi8(x, _mm512_load_si512(shuf16[w]));
+    x = _mm512_srlv_epi32(x, _mm512_load_si512(shift16[w]));
+    x = _mm512_and_si512(x, _mm512_set1_epi32((1 << w) - 1));
+    return _mm512_cvtepi32_ps(x);
+}
+
+static inline __m512 bf16x16(const uint16_t *p) {
+    __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+}
+
+/* Lanes of tokens first + l inside [lo, hi). */
+static inline __mmask16 lanes(int first, int lo, int hi) {
+    int a = lo - first, b = hi - first;
+    if (a < 0) a = 0;
+    if (b > 16) b = 16;
+    if (b <= a) return 0;
+    return (__mmask16)(((1u << (b - a)) - 1) << a);
+}
+
+/* sum_c q_c pmin_c over dim channels. */
+static inline float dot_u8(const float *q, const uint8_t *m, int dim) {
+    __m512 acc = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 16 <= dim; c += 16) {
+        __m512 mv = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(m + c))));
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), mv, acc);
+    }
+    if (c < dim) {
+        __mmask16 k = (__mmask16)((1u << (dim - c)) - 1);
+        __m512 mv = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, m + c)));
+        acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, q + c), mv, acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+static float sum_f32(const float *x, int n) {
+    __m512 acc = _mm512_setzero_ps();
+    int c = 0;
+    for (; c + 16 <= n; c += 16) acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + c));
+    if (c < n) acc = _mm512_add_ps(acc, _mm512_maskz_loadu_ps((__mmask16)((1u << (n - c)) - 1), x + c));
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* ---- qk ------------------------------------------------------------------------ */
+
+static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b, const float *q,
+                                                           int ldq, int j0, int j1, float *s,
+                                                           int lds, const int NH) {
+    const int dim = b->dim, p0 = j0 / 16, p1 = (j1 + 15) / 16;
+    float qsum[8];
+    for (int h = 0; h < NH; h++) qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
+    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0 * dim);
+    for (int p = p0; p < p1; p++) {
+        const int item0 = p * dim;
+        __m512 acc[8];
+        for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_ps();
+        for (int c = 0; c < dim; c++) {
+            int item = item0 + c, w = (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
+            __m512 r = unpack16(src, w);
+            src += 2 * w;
+            for (int h = 0; h < NH; h++)
+                acc[h] = _mm512_fmadd_ps(r, _mm512_set1_ps(q[(size_t)h * ldq + c]), acc[h]);
+        }
+        __m512 sc = bf16x16(b->scales + 16 * p), mn = _mm512_loadu_ps(b->mins + 16 * p);
+        __mmask16 k = lanes(16 * p, j0, j1);
+        for (int h = 0; h < NH; h++) {
+            float dmin = dot_u8(q + (size_t)h * ldq, b->pmins + item0, dim);
+            __m512 x = _mm512_add_ps(acc[h], _mm512_set1_ps(dmin));
+            x = _mm512_fmadd_ps(mn, _mm512_set1_ps(qsum[h]), _mm512_mul_ps(sc, x));
+            _mm512_mask_storeu_ps(s + (size_t)h * lds + 16 * p - j0, k, x);
+        }
+    }
+}
+
+static void qk_avx512(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
+                      int lds) {
+    if (b->pack != 16) {
+        narrow.qk(b, q, ldq, G, j0, j1, s, lds);
+        return;
+    }
+    for (int h0 = 0; h0 < G; h0 += 8) {
+        const float *qh = q + (size_t)h0 * ldq;
+        float *sh = s + (size_t)h0 * lds;
+        switch (G - h0 < 8 ? G - h0 : 8) {
+        case 1: qk_heads(b, qh, ldq, j0, j1, sh, lds, 1); break;
+        case 2: qk_heads(b, qh, ldq, j0, j1, sh, lds, 2); break;
+        case 3: qk_heads(b, qh, ldq, j0, j1, sh, lds, 3); break;
+        case 4: qk_heads(b, qh, ldq, j0, j1, sh, lds, 4); break;
+        case 5: qk_heads(b, qh, ldq, j0, j1, sh, lds, 5); break;
+        case 6: qk_heads(b, qh, ldq, j0, j1, sh, lds, 6); break;
+        case 7: qk_heads(b, qh, ldq, j0, j1, sh, lds, 7); break;
+        default: qk_heads(b, qh, ldq, j0, j1, sh, lds, 8); break;
+        }
+    }
+}
+
+/* ---- pv ------------------------------------------------------------------------ */
+
+enum { MAXP = KVC_PK_MAX_BLOCK / 16 };
+
+/* Bytes of the items [from, to) of a block. */
+static inline uint32_t items_bytes(const kvc_pk_block *b, int from, int to) {
+    uint32_t n = 0;
+    for (int i = from; i < to; i++) n += (uint32_t)((b->widths[i >> 1] >> ((i & 1) * 4)) & 15);
+    return 2 * n;
+}
+
+static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b, const float *p,
+                                                           int ldp, int j0, int j1, float *o,
+                                                           int ldo, const int NH) {
+    const int dim = b->dim, np = b->np, p0 = j0 / 16, p1 = (j1 + 15) / 16;
+    __m512 wv[4][MAXP];
+    float wsum[4][MAXP], mterm[4];
+    for (int h = 0; h < NH; h++) {
+        const float *ph = p + (size_t)h * ldp - j0;
+        __m512 mt = _mm512_setzero_ps();
+        for (int pk = p0; pk < p1; pk++) {
+            __mmask16 k = lanes(16 * pk, j0, j1);
+            __m512 pw = _mm512_maskz_loadu_ps(k, ph + 16 * pk);
+            wv[h][pk] = _mm512_mul_ps(pw, bf16x16(b->scales + 16 * pk));
+            wsum[h][pk] = _mm512_reduce_add_ps(wv[h][pk]);
+            mt = _mm512_fmadd_ps(pw, _mm512_loadu_ps(b->mins + 16 * pk), mt);
+        }
+        mterm[h] = _mm512_reduce_add_ps(mt);
+    }
+    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0);
+    for (int c = 0; c < dim; c++) {
+        __m512 acc[4];
+        float pm[4];
+        for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_ps(), pm[h] = mterm[h];
+        for (int pk = p0; pk < p1; pk++) {
+            int item = c * np + pk, w = (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
+            __m512 r = unpack16(src, w);
+            float m = (float)b->pmins[item];
+            src += 2 * w;
+            for (int h = 0; h < NH; h++) {
+                acc[h] = _mm512_fmadd_ps(r, wv[h][pk], acc[h]);
+                pm[h] += m * wsum[h][pk];
+            }
+        }
+        for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += _mm512_reduce_add_ps(acc[h]) + pm[h];
+        if ((p1 != np || p0 != 0) && c + 1 < dim) /* skip to pack p0 of the next channel */
+            src += items_bytes(b, c * np + p1, (c + 1) * np + p0);
+    }
+}
+
+static void pv_avx512(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
+                      int ldo) {
+    if (b->pack != 16) {
+        narrow.pv(b, p, ldp, G, j0, j1, o, ldo);
+        return;
+    }
+    for (int h0 = 0; h0 < G; h0 += 4) {
+        const float *ph = p + (size_t)h0 * ldp;
+        float *oh = o + (size_t)h0 * ldo;
+        switch (G - h0 < 4 ? G - h0 : 4) {
+        case 1: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 1); break;
+        case 2: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 2); break;
+        case 3: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 3); break;
+        default: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 4); break;
+        }
+    }
+}
+
+void kvc_pk_register_avx512(kvc_pk_kernels *k) {
+    build_tables();
+    narrow = *k;
+    k->qk = qk_avx512;
+    k->pv = pv_avx512;
+}

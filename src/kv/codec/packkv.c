@@ -1,0 +1,354 @@
+/* The PackKV codecs "packkv_k" / "packkv_v" (format and math in packkv.h):
+ * token quantization with a relative scale, bit-packing of each block's codes
+ * into packs, a blob of independent blocks behind an offset table (appending
+ * encodes new blocks after the old ones), decode, and qk / pv that walk the
+ * requested token range block by block through the active fused kernels. */
+#include "kv/codec/packkv.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/f16.h"
+#include "base/status.h"
+
+typedef struct pkblob {
+    int32_t n, dim, block, pack, vmajor;
+    int32_t n_blocks, cap_blocks;
+    uint32_t *offs;     /* [cap_blocks + 1]: block i is data[offs[i] .. offs[i+1]) */
+    uint8_t *data;      /* cap_data + KVC_PK_OVERREAD bytes */
+    uint64_t cap_data;
+} pkblob;
+
+static const kvc_pk_cfg *cfg_of(const kvc_codec *c) { return (const kvc_pk_cfg *)c->cfg; }
+
+kvc_status kvc_pk_cfg_check(const kvc_pk_cfg *cfg, const char *who) {
+    KVC_CHECK(cfg != NULL, KVC_ERR_ARG, "%s: no parameters", who);
+    KVC_CHECK(cfg->rel >= KVC_PK_MIN_REL && cfg->rel <= 1.0f, KVC_ERR_ARG,
+              "%s: rel=%g out of range (allowed %g..1: codes must fit 8 bits)", who,
+              (double)cfg->rel, (double)KVC_PK_MIN_REL);
+    KVC_CHECK(cfg->pack == 8 || cfg->pack == 16, KVC_ERR_ARG, "%s: pack=%d (allowed 8 or 16)", who,
+              cfg->pack);
+    KVC_CHECK(cfg->block >= cfg->pack && cfg->block <= KVC_PK_MAX_BLOCK && cfg->block % cfg->pack == 0,
+              KVC_ERR_ARG, "%s: block=%d must be a multiple of pack=%d in %d..%d", who, cfg->block,
+              cfg->pack, cfg->pack, KVC_PK_MAX_BLOCK);
+    return KVC_OK;
+}
+
+/* rel * range rounded toward zero to bf16 (so the error stays within rel/2 of
+ * the range); 0 when it is not a normal number. */
+static uint16_t scale_down(float rel, float range) {
+    float s = rel * range;
+    if (!(s >= 1.17549435e-38f) || !isfinite(s)) return 0;
+    uint32_t u;
+    memcpy(&u, &s, 4);
+    return (uint16_t)(u >> 16);
+}
+
+void kvc_pk_quantize(const float *x, int dim, float rel, float *mn, uint16_t *scale, uint8_t *codes) {
+    float lo = x[0], hi = x[0];
+    for (int c = 1; c < dim; c++) {
+        if (x[c] < lo) lo = x[c];
+        if (x[c] > hi) hi = x[c];
+    }
+    uint16_t sb = scale_down(rel, hi - lo);
+    *mn = lo;
+    *scale = sb;
+    if (!sb) {
+        memset(codes, 0, (size_t)dim);
+        return;
+    }
+    float inv = 1.0f / kvc_bf16_to_f32(sb);
+    for (int c = 0; c < dim; c++) {
+        float v = (x[c] - lo) * inv;
+        v = v >= 0.0f ? v : 0.0f; /* also maps NaN to 0 */
+        codes[c] = (uint8_t)(v < (float)KVC_PK_MAX_CODE ? lrintf(v) : KVC_PK_MAX_CODE);
+    }
+}
+
+/* ---- block layout ------------------------------------------------------------------ */
+
+typedef struct layout {
+    int np, npad, items;
+    uint32_t o_scales, o_widths, o_pmins, o_data;
+} layout;
+
+static layout layout_of(int nb, int dim, int pack) {
+    layout l;
+    l.np = (nb + pack - 1) / pack;
+    l.npad = l.np * pack;
+    l.items = l.np * dim;
+    l.o_scales = (uint32_t)l.npad * 4;
+    l.o_widths = l.o_scales + (uint32_t)l.npad * 2;
+    l.o_pmins = l.o_widths + (uint32_t)(l.items + 1) / 2;
+    l.o_data = l.o_pmins + (uint32_t)l.items;
+    return l;
+}
+
+static int block_tokens(const pkblob *b, int i) {
+    int left = b->n - i * b->block;
+    return left < b->block ? left : b->block;
+}
+
+kvc_pk_block kvc_pk_block_of(const void *blob, int i) {
+    const pkblob *b = blob;
+    const uint8_t *base = b->data + b->offs[i];
+    int nb = block_tokens(b, i);
+    layout l = layout_of(nb, b->dim, b->pack);
+    return (kvc_pk_block){(const float *)base, (const uint16_t *)(base + l.o_scales),
+                          base + l.o_widths, base + l.o_pmins, base + l.o_data,
+                          nb, l.np, b->dim, b->pack, b->vmajor};
+}
+
+int kvc_pk_n_blocks(const void *blob) { return ((const pkblob *)blob)->n_blocks; }
+
+/* Writes the block of nb quantized tokens (mins, scales, codes [nb][dim]) at
+ * dst (block_bytes of them). */
+static void write_block(const float *mins, const uint16_t *scales, const uint8_t *codes, int nb,
+                        int dim, int pack, int vmajor, uint8_t *dst) {
+    layout l = layout_of(nb, dim, pack);
+    memset(dst, 0, l.o_data);
+    memcpy(dst, mins, sizeof *mins * (size_t)nb);
+    memcpy(dst + l.o_scales, scales, sizeof *scales * (size_t)nb);
+    uint8_t *widths = dst + l.o_widths, *pmins = dst + l.o_pmins, *out = dst + l.o_data;
+    for (int item = 0; item < l.items; item++) {
+        int p = vmajor ? item % l.np : item / dim, c = vmajor ? item / l.np : item % dim;
+        int t1 = (p + 1) * pack < nb ? (p + 1) * pack : nb, lo = 255, hi = 0;
+        for (int t = p * pack; t < t1; t++) {
+            int x8 = codes[(size_t)t * dim + c];
+            lo = x8 < lo ? x8 : lo;
+            hi = x8 > hi ? x8 : hi;
+        }
+        int w = kvc_pk_width((unsigned)(hi - lo)), bytes = pack * w / 8;
+        pmins[item] = (uint8_t)lo;
+        widths[item >> 1] |= (uint8_t)(w << ((item & 1) * 4));
+        memset(out, 0, (size_t)bytes);
+        for (int t = p * pack; t < t1 && w; t++) {
+            int bit = (t - p * pack) * w;
+            unsigned r = (unsigned)(codes[(size_t)t * dim + c] - lo) << (bit & 7);
+            out[bit >> 3] |= (uint8_t)r;
+            if ((bit & 7) + w > 8) out[(bit >> 3) + 1] |= (uint8_t)(r >> 8);
+        }
+        out += bytes;
+    }
+}
+
+/* Bytes of the block x would encode to (the widths need the codes). */
+static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack) {
+    layout l = layout_of(nb, dim, pack);
+    uint32_t data = 0;
+    for (int p = 0; p < l.np; p++)
+        for (int c = 0; c < dim; c++) {
+            int lo = 255, hi = 0, t1 = (p + 1) * pack < nb ? (p + 1) * pack : nb;
+            for (int t = p * pack; t < t1; t++) {
+                int x8 = codes[(size_t)t * dim + c];
+                lo = x8 < lo ? x8 : lo;
+                hi = x8 > hi ? x8 : hi;
+            }
+            data += (uint32_t)(pack * kvc_pk_width((unsigned)(hi - lo)) / 8);
+        }
+    return l.o_data + data;
+}
+
+static kvc_status reserve(pkblob *b, int n_blocks, uint64_t data_bytes) {
+    if (n_blocks > b->cap_blocks) {
+        int cap = b->cap_blocks * 2 > n_blocks ? b->cap_blocks * 2 : n_blocks;
+        uint32_t *o = realloc(b->offs, sizeof *o * ((size_t)cap + 1));
+        if (!o) return kvc_fail(KVC_ERR_NOMEM, "packkv: offsets of %d blocks", cap);
+        b->offs = o;
+        b->cap_blocks = cap;
+    }
+    if (data_bytes > b->cap_data) {
+        uint64_t cap = b->cap_data * 2 > data_bytes ? b->cap_data * 2 : data_bytes;
+        KVC_CHECK(cap + KVC_PK_OVERREAD <= UINT32_MAX, KVC_ERR_RANGE,
+                  "packkv: blob of %llu bytes exceeds the 32-bit block offsets", (unsigned long long)cap);
+        uint8_t *d = realloc(b->data, cap + KVC_PK_OVERREAD);
+        if (!d) return kvc_fail(KVC_ERR_NOMEM, "packkv: %llu bytes of blocks", (unsigned long long)cap);
+        memset(d + b->cap_data, 0, cap + KVC_PK_OVERREAD - b->cap_data);
+        b->data = d;
+        b->cap_data = cap;
+    }
+    return KVC_OK;
+}
+
+/* Gives back the spare capacity of a freshly encoded blob (realloc to a
+ * smaller size cannot fail in a way that loses the data: keep the old block). */
+static void trim(pkblob *b) {
+    uint64_t used = b->offs[b->n_blocks];
+    uint8_t *d = realloc(b->data, used + KVC_PK_OVERREAD);
+    if (d) b->data = d, b->cap_data = used;
+    uint32_t *o = realloc(b->offs, sizeof *o * ((size_t)b->n_blocks + 1));
+    if (o) b->offs = o, b->cap_blocks = b->n_blocks;
+}
+
+static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int n, int ld) {
+    pkblob *b = blob;
+    const kvc_pk_cfg *cfg = cfg_of(c);
+    KVC_CHECK(n >= 0 && n <= INT32_MAX - b->n, KVC_ERR_ARG, "packkv: cannot append %d tokens to %d", n, b->n);
+    KVC_CHECK(n == 0 || b->n % b->block == 0, KVC_ERR_ARG,
+              "packkv: cannot append after a ragged block (%d tokens, block %d)", b->n, b->block);
+    if (n == 0) return KVC_OK;
+    /* scratch: codes [block][dim], then mins [block] and scales [block] */
+    uint8_t *codes = malloc((size_t)b->block * b->dim + (size_t)b->block * 6);
+    if (!codes) return kvc_fail(KVC_ERR_NOMEM, "packkv: code scratch of %d x %d", b->block, b->dim);
+    float *mins = (float *)(codes + (size_t)b->block * b->dim);
+    uint16_t *scales = (uint16_t *)(mins + b->block);
+    kvc_status st = KVC_OK;
+    for (int t0 = 0; t0 < n && st == KVC_OK; t0 += b->block) {
+        int nb = n - t0 < b->block ? n - t0 : b->block;
+        for (int t = 0; t < nb; t++) /* codes first: the block's size depends on its widths */
+            kvc_pk_quantize(x + (size_t)(t0 + t) * ld, b->dim, cfg->rel, &mins[t], &scales[t],
+                            codes + (size_t)t * b->dim);
+        uint32_t bytes = block_bytes(codes, nb, b->dim, b->pack);
+        uint64_t at = b->n_blocks ? b->offs[b->n_blocks] : 0;
+        st = reserve(b, b->n_blocks + 1, at + bytes);
+        if (st != KVC_OK) break;
+        write_block(mins, scales, codes, nb, b->dim, b->pack, b->vmajor, b->data + at);
+        b->offs[b->n_blocks] = (uint32_t)at;
+        b->offs[++b->n_blocks] = (uint32_t)(at + bytes);
+        b->n += nb;
+    }
+    free(codes);
+    return st;
+}
+
+static kvc_status encode_pk(const kvc_codec *c, const float *x, int n, int ld, void **blob, int vmajor,
+                            const char *who) {
+    const kvc_pk_cfg *cfg = cfg_of(c);
+    KVC_TRY(kvc_pk_cfg_check(cfg, who));
+    KVC_CHECK(c->dim > 0 && c->dim <= KVC_PK_MAX_DIM, KVC_ERR_ARG, "%s: dim=%d (allowed 1..%d)", who,
+              c->dim, KVC_PK_MAX_DIM);
+    KVC_CHECK(n >= 0 && ld >= c->dim, KVC_ERR_ARG, "%s: %d tokens with row stride %d (dim %d)", who, n,
+              ld, c->dim);
+    pkblob *b = calloc(1, sizeof *b);
+    if (!b) return kvc_fail(KVC_ERR_NOMEM, "%s: blob", who);
+    *b = (pkblob){.dim = c->dim, .block = cfg->block, .pack = cfg->pack, .vmajor = vmajor};
+    kvc_status st = reserve(b, 1, 0);
+    if (st == KVC_OK) {
+        b->offs[0] = 0;
+        st = append_pk(c, b, x, n, ld);
+    }
+    if (st == KVC_OK) trim(b);
+    if (st != KVC_OK) {
+        free(b->offs);
+        free(b->data);
+        free(b);
+        return st;
+    }
+    *blob = b;
+    return KVC_OK;
+}
+
+static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, void **blob) {
+    return encode_pk(c, x, n, ld, blob, 0, "packkv_k");
+}
+static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, void **blob) {
+    return encode_pk(c, x, n, ld, blob, 1, "packkv_v");
+}
+
+static int count_pk(const kvc_codec *c, const void *blob) {
+    (void)c;
+    return ((const pkblob *)blob)->n;
+}
+
+static void free_pk(const kvc_codec *c, void *blob) {
+    (void)c;
+    pkblob *b = blob;
+    if (!b) return;
+    free(b->offs);
+    free(b->data);
+    free(b);
+}
+
+/* Reconstructs tokens [j0, j1) of one block into x (rows ld apart, row 0 = j0). */
+static void decode_block(const kvc_pk_block *v, int j0, int j1, float *x, int ld) {
+    const uint8_t *src = v->data;
+    for (int item = 0; item < v->np * v->dim; item++) {
+        int p = v->vmajor ? item % v->np : item / v->dim, c = v->vmajor ? item / v->np : item % v->dim;
+        int w = kvc_pk_item_width(v, item);
+        for (int t = p * v->pack; t < (p + 1) * v->pack; t++)
+            if (t >= j0 && t < j1) {
+                int code = v->pmins[item] + kvc_pk_residual(src, w, t - p * v->pack);
+                float s = kvc_bf16_to_f32(v->scales[t]);
+                x[(size_t)(t - j0) * ld + c] = fmaf((float)code, s, v->mins[t]);
+            }
+        src += (size_t)v->pack * w / 8;
+    }
+}
+
+static void decode_pk(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
+    (void)c;
+    const pkblob *b = blob;
+    for (int t0 = begin; t0 < end;) {
+        int bi = t0 / b->block, tb = bi * b->block;
+        kvc_pk_block v = kvc_pk_block_of(b, bi);
+        int te = end < tb + v.n ? end : tb + v.n;
+        decode_block(&v, t0 - tb, te - tb, x + (size_t)(t0 - begin) * ld, ld);
+        t0 = te;
+    }
+}
+
+static void qk_pk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
+                  int end, float *s, int lds) {
+    (void)c;
+    const pkblob *b = blob;
+    for (int t0 = begin; t0 < end;) {
+        int bi = t0 / b->block, tb = bi * b->block;
+        kvc_pk_block v = kvc_pk_block_of(b, bi);
+        int te = end < tb + v.n ? end : tb + v.n;
+        kvc_pk_k.qk(&v, q, ldq, G, t0 - tb, te - tb, s + (t0 - begin), lds);
+        t0 = te;
+    }
+}
+
+static void pv_pk(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
+                  int end, float *o, int ldo) {
+    (void)c;
+    const pkblob *b = blob;
+    for (int t0 = begin; t0 < end;) {
+        int bi = t0 / b->block, tb = bi * b->block;
+        kvc_pk_block v = kvc_pk_block_of(b, bi);
+        int te = end < tb + v.n ? end : tb + v.n;
+        kvc_pk_k.pv(&v, p + (t0 - begin), ldp, G, t0 - tb, te - tb, o, ldo);
+        t0 = te;
+    }
+}
+
+/* Payload: the residual bytes. Meta: everything else (blob header, block
+ * offsets, per-token mins and scales, pack widths and mins, the over-read pad
+ * and unused capacity). */
+static void bytes_pk(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
+    (void)c;
+    const pkblob *b = blob;
+    uint64_t data = 0;
+    for (int i = 0; i < b->n_blocks; i++) {
+        kvc_pk_block v = kvc_pk_block_of(b, i);
+        data += (uint64_t)(b->offs[i + 1] - b->offs[i]) - (uint64_t)(v.data - (b->data + b->offs[i]));
+    }
+    *payload = data;
+    *meta = sizeof *b + sizeof *b->offs * ((uint64_t)b->cap_blocks + 1) + b->cap_data + KVC_PK_OVERREAD - data;
+}
+
+const kvc_codec_ops kvc_codec_packkv_k = {
+    .name = "packkv_k",
+    .granule = 16,
+    .encode = encode_k,
+    .append = append_pk,
+    .count = count_pk,
+    .qk = qk_pk,
+    .decode = decode_pk,
+    .bytes = bytes_pk,
+    .free = free_pk,
+};
+
+const kvc_codec_ops kvc_codec_packkv_v = {
+    .name = "packkv_v",
+    .granule = 16,
+    .encode = encode_v,
+    .append = append_pk,
+    .count = count_pk,
+    .pv = pv_pk,
+    .decode = decode_pk,
+    .bytes = bytes_pk,
+    .free = free_pk,
+};

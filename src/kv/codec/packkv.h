@@ -1,0 +1,123 @@
+/* PackKV codecs "packkv_k" / "packkv_v" (PackKV, Jiang et al., "PackKV:
+ * Reducing KV Cache Memory Footprint through LLM-Aware Lossy Compression";
+ * docs/formats.md "packkv"): token-wise quantization with a relative scale,
+ * then lossless bit-packing of the integer codes in packs of `pack` tokens of
+ * one channel, in independent blocks of `block` tokens.
+ *
+ * Quantization of token t (vector x of dim floats): m_t = min x, scale
+ * s_t = rel * (max x - m_t) rounded DOWN to bf16, code_tc = round((x_c - m_t) /
+ * s_t) in 0..255, x_c ~ m_t + s_t code_tc. Rounding the scale down keeps the
+ * error of every element within s_t / 2 <= rel/2 * range_t (plus the f32
+ * rounding of the reconstruction), and the codes within 1.008 / rel <= 252 for
+ * rel >= 1/250 (bf16 has 8 significant bits). A token whose range is 0 (or
+ * whose rel * range underflows bf16's normal range, < 1.2e-38) gets s_t = 0:
+ * every element decodes to m_t.
+ *
+ * Bit-packing: the codes of `pack` consecutive tokens (8 or 16) of channel c
+ * form a pack; it stores its minimum code pmin (u8) and width w = ceil(log2(
+ * max - pmin + 1)) (0..8, a nibble), then the residuals code - pmin in w bits
+ * each, token 0 in the lowest bits, pack*w/8 bytes (byte aligned: pack is a
+ * multiple of 8). The last pack of a ragged block is padded with residual-0
+ * tokens (mins 0, scales 0).
+ *
+ * Block (nb <= block tokens, np = ceil(nb/pack) packs per channel, npad =
+ * np*pack, items = np*dim packs), byte offsets from its start:
+ *   f32  mins[npad] | u16 scales[npad] (bf16) | u8 widths[(items+1)/2]
+ *   (nibbles, item i in the low nibble of byte i/2 when i is even) |
+ *   u8 pmins[items] | residual bytes of the items in item order.
+ * Item order: keys pack-major (item = p*dim + c: the fused q.k walks the
+ * channels of one pack with tokens in SIMD lanes); values channel-major
+ * (item = c*np + p: the fused p.v walks the packs of one channel with one
+ * accumulator per channel). Blocks are independent; the blob holds a table of
+ * block offsets, so appending blocks never touches old ones.
+ *
+ * Fused kernels (scalar reference here, SIMD in src/kernels/<isa>/
+ * kv_packkv_<isa>.c), with code = pmin + r:
+ *   q.k_t = s_t (sum_c q_c pmin_pc + sum_c q_c r_tc) + m_t sum_c q_c
+ *   o_c  += sum_t (p_t s_t) r_tc + pmin_pc sum_t p_t s_t + sum_t p_t m_t
+ * Residuals are unpacked in registers (tokens in lanes), never to memory. */
+#ifndef KVC_KV_CODEC_PACKKV_H
+#define KVC_KV_CODEC_PACKKV_H
+
+#include <stdint.h>
+
+#include "kv/codec/codec.h"
+
+enum {
+    KVC_PK_MAX_CODE = 255,
+    KVC_PK_MAX_BLOCK = 1024, /* tokens per block */
+    KVC_PK_MAX_DIM = 1024,   /* channels per vector */
+    KVC_PK_OVERREAD = 16,    /* bytes the SIMD kernels may read past an item */
+};
+
+#define KVC_PK_MIN_REL (1.0f / 250.0f)
+
+/* Parameters of one codec instance (kc->cfg / vc->cfg). */
+typedef struct kvc_pk_cfg {
+    float rel; /* scale = rel * token range; KVC_PK_MIN_REL .. 1 */
+    int block; /* tokens per independent block, a multiple of pack */
+    int pack;  /* tokens per pack: 8 or 16 */
+} kvc_pk_cfg;
+
+/* Validates a cfg; the message names the field and value. */
+kvc_status kvc_pk_cfg_check(const kvc_pk_cfg *cfg, const char *who);
+
+/* Quantizes one token: *mn, *scale (bf16 bits) and dim codes. */
+void kvc_pk_quantize(const float *x, int dim, float rel, float *mn, uint16_t *scale, uint8_t *codes);
+
+/* Width of a residual range 0..r (0 for r = 0). */
+static inline int kvc_pk_width(unsigned r) { return r ? 32 - __builtin_clz(r) : 0; }
+
+/* A view of one encoded block. */
+typedef struct kvc_pk_block {
+    const float *mins;      /* [npad] */
+    const uint16_t *scales; /* [npad] bf16 */
+    const uint8_t *widths;  /* [(items+1)/2] nibbles */
+    const uint8_t *pmins;   /* [items] */
+    const uint8_t *data;    /* residual bytes, item order */
+    int n, np, dim, pack;
+    int vmajor;             /* 0: keys (pack-major items), 1: values (channel-major) */
+} kvc_pk_block;
+
+static inline int kvc_pk_item(const kvc_pk_block *b, int p, int c) {
+    return b->vmajor ? c * b->np + p : p * b->dim + c;
+}
+static inline int kvc_pk_item_width(const kvc_pk_block *b, int item) {
+    return (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
+}
+
+/* Residual of token t (0..pack-1) in an item whose bytes start at src. */
+static inline int kvc_pk_residual(const uint8_t *src, int w, int t) {
+    int bit = t * w;
+    unsigned two = src[bit >> 3] | (w && (bit & 7) + w > 8 ? (unsigned)src[(bit >> 3) + 1] << 8 : 0u);
+    return (int)((two >> (bit & 7)) & ((1u << w) - 1));
+}
+
+/* Byte offset of item `item`'s residuals from b->data (sums the widths before it). */
+uint32_t kvc_pk_item_offset(const kvc_pk_block *b, int item);
+
+/* The fused kernels on one block, for block tokens j0 <= j < j1:
+ * qk: s[h*lds + j - j0] = q_h . key_j, h < G, q rows ldq apart;
+ * pv: o[h*ldo + c] += sum_j p[h*ldp + j - j0] * value_jc. */
+typedef struct kvc_pk_kernels {
+    void (*qk)(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
+               int lds);
+    void (*pv)(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
+               int ldo);
+} kvc_pk_kernels;
+
+extern kvc_pk_kernels kvc_pk_k;          /* active */
+extern const kvc_pk_kernels kvc_pk_ref;  /* scalar reference */
+
+/* SIMD variants: each overwrites the entries it implements (codec_registry.c). */
+void kvc_pk_register_avx2(kvc_pk_kernels *k);
+void kvc_pk_register_avx512(kvc_pk_kernels *k);
+
+/* Blocks of an encoded blob (tests, kernels' benchmarks). */
+int kvc_pk_n_blocks(const void *blob);
+kvc_pk_block kvc_pk_block_of(const void *blob, int i);
+
+/* Codec tables. */
+extern const kvc_codec_ops kvc_codec_packkv_k, kvc_codec_packkv_v;
+
+#endif

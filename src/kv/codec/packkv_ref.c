@@ -1,0 +1,69 @@
+/* Scalar reference kernels of the PackKV codecs (math in packkv.h): q.k and
+ * p.v on one bit-packed block, unpacking one residual at a time. Every SIMD
+ * variant (src/kernels/<isa>/kv_packkv_<isa>.c) is tested against these. */
+#include "kv/codec/packkv.h"
+
+#include <math.h>
+
+#include "base/f16.h"
+
+uint32_t kvc_pk_item_offset(const kvc_pk_block *b, int item) {
+    uint32_t off = 0;
+    for (int i = 0; i < item; i++) off += (uint32_t)(b->pack * kvc_pk_item_width(b, i) / 8);
+    return off;
+}
+
+static void qk_ref(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
+                   int lds) {
+    int p0 = j0 / b->pack, p1 = (j1 + b->pack - 1) / b->pack;
+    for (int h = 0; h < G; h++) {
+        const float *qh = q + (size_t)h * ldq;
+        float qsum = 0.0f;
+        for (int c = 0; c < b->dim; c++) qsum += qh[c];
+        const uint8_t *src = b->data + kvc_pk_item_offset(b, kvc_pk_item(b, p0, 0));
+        for (int p = p0; p < p1; p++) {
+            float acc[16] = {0}, dmin = 0.0f;
+            for (int c = 0; c < b->dim; c++) {
+                int item = kvc_pk_item(b, p, c), w = kvc_pk_item_width(b, item);
+                dmin += qh[c] * (float)b->pmins[item];
+                for (int t = 0; t < b->pack; t++) acc[t] += qh[c] * (float)kvc_pk_residual(src, w, t);
+                src += (size_t)b->pack * w / 8;
+            }
+            for (int t = 0; t < b->pack; t++) {
+                int j = p * b->pack + t;
+                if (j < j0 || j >= j1) continue;
+                s[(size_t)h * lds + j - j0] =
+                    kvc_bf16_to_f32(b->scales[j]) * (acc[t] + dmin) + b->mins[j] * qsum;
+            }
+        }
+    }
+}
+
+static void pv_ref(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
+                   int ldo) {
+    int p0 = j0 / b->pack, p1 = (j1 + b->pack - 1) / b->pack;
+    for (int h = 0; h < G; h++) {
+        const float *ph = p + (size_t)h * ldp - j0; /* ph[j]: weight of block token j */
+        float *oh = o + (size_t)h * ldo, mterm = 0.0f;
+        for (int j = j0; j < j1; j++) mterm += ph[j] * b->mins[j];
+        for (int c = 0; c < b->dim; c++) {
+            int first = kvc_pk_item(b, p0, c);
+            const uint8_t *src = b->data + kvc_pk_item_offset(b, first);
+            float acc = 0.0f;
+            for (int pk = p0; pk < p1; pk++) {
+                int item = kvc_pk_item(b, pk, c), w = kvc_pk_item_width(b, item);
+                for (int t = 0; t < b->pack; t++) {
+                    int j = pk * b->pack + t;
+                    if (j < j0 || j >= j1) continue;
+                    float wt = ph[j] * kvc_bf16_to_f32(b->scales[j]);
+                    acc += wt * (float)(b->pmins[item] + kvc_pk_residual(src, w, t));
+                }
+                src += (size_t)b->pack * w / 8;
+            }
+            oh[c] += acc + mterm;
+        }
+    }
+}
+
+const kvc_pk_kernels kvc_pk_ref = {.qk = qk_ref, .pv = pv_ref};
+kvc_pk_kernels kvc_pk_k = {.qk = qk_ref, .pv = pv_ref};

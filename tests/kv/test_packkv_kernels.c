@@ -1,0 +1,172 @@
+/* The PackKV fused kernels (src/kernels/<isa>/kv_packkv_<isa>.c) against the
+ * scalar reference (src/kv/codec/packkv_ref.c), and the reference against
+ * q.k / p.v over the decoded block in double. Both sides unpack the same
+ * integer residuals; only the order of f32 sums differs, so per score / output
+ * |a - b| <= 4e-6 * magnitude (+1e-30), magnitude = sum of |terms| (q.k:
+ * sum_c |q_c| (|m_t| + |x_tc - m_t|); p.v: sum_t p_t (|m_t| + |x_tc - m_t|) +
+ * |o|). Cases: packs of 8 and 16, head dims 1..256 (odd ones too), G = 1..10
+ * (more heads than a pass takes), ragged blocks (n not a multiple of the
+ * pack) and ragged ranges [j0, j1), and adversarial blocks: every width 0
+ * (identical tokens), every width 8 (rel = 1/250, spread codes), a huge
+ * outlier token, tokens at a large offset. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kv/codec/packkv.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+enum { MAXG = 10, KIND_RANDOM, KIND_SAME, KIND_WIDE, KIND_OUTLIER, KIND_OFFSET };
+
+static float *make(int n, int dim, int kind) {
+    float *x = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < dim; c++) {
+            float v = frand() * (c % 13 == 0 ? 6.0f : 1.0f) + 0.2f * (t % 7);
+            if (kind == KIND_SAME) v = cosf((float)c);
+            if (kind == KIND_OFFSET) v += 700.0f;
+            if (kind == KIND_OUTLIER && t == n / 2 && c == dim / 3) v = 1e9f;
+            x[(size_t)t * dim + c] = v;
+        }
+    return x;
+}
+
+static void close_enough(double a, double b, double mag, const char *what, int i, int j) {
+    if (!(fabs(a - b) <= 4e-6 * mag + 1e-30))
+        fail_msg("%s [%d][%d]: %.9g vs %.9g (magnitude %g)", what, i, j, a, b, mag);
+}
+
+typedef struct kcase {
+    int pack, dim, n, G, kind;
+    float rel;
+} kcase;
+
+static void run_case(const kcase *k) {
+    kvc_pk_cfg cfg = {.rel = k->rel, .block = k->n < 16 ? 16 : (k->n + 15) / 16 * 16, .pack = k->pack};
+    float *x = make(k->n, k->dim, k->kind);
+    float *xd = malloc(sizeof(float) * (size_t)k->n * k->dim);
+    float *q = malloc(sizeof(float) * MAXG * k->dim), *p = malloc(sizeof(float) * MAXG * k->n);
+    for (int i = 0; i < MAXG * k->dim; i++) q[i] = frand() * 2.0f;
+    for (int i = 0; i < MAXG * k->n; i++) p[i] = (float)(rnd() % 1000) / 1000.0f * (i % 5 ? 1.0f : 0.0f);
+    float *sa = malloc(sizeof(float) * MAXG * k->n), *sr = malloc(sizeof(float) * MAXG * k->n);
+    float *oa = malloc(sizeof(float) * MAXG * k->dim), *or_ = malloc(sizeof(float) * MAXG * k->dim);
+    for (int layout = 0; layout < 2; layout++) {
+        const kvc_codec_ops *ops = layout ? &kvc_codec_packkv_v : &kvc_codec_packkv_k;
+        kvc_codec c = {.ops = ops, .dim = k->dim, .cfg = &cfg};
+        void *blob;
+        assert_int_equal(ops->encode(&c, x, k->n, k->dim, &blob), KVC_OK);
+        ops->decode(&c, blob, 0, k->n, xd, k->dim);
+        kvc_pk_block b = kvc_pk_block_of(blob, 0);
+        for (int rep = 0; rep < 4; rep++) {
+            int j0 = rep ? (int)(rnd() % (unsigned)k->n) : 0;
+            int j1 = rep ? j0 + 1 + (int)(rnd() % (unsigned)(k->n - j0)) : k->n;
+            if (!layout) {
+                kvc_pk_ref.qk(&b, q, k->dim, k->G, j0, j1, sr, k->n);
+                kvc_pk_k.qk(&b, q, k->dim, k->G, j0, j1, sa, k->n);
+                for (int h = 0; h < k->G; h++)
+                    for (int j = j0; j < j1; j++) {
+                        double exact = 0, mag = 0;
+                        for (int d = 0; d < k->dim; d++) {
+                            double qd = q[h * k->dim + d], xv = xd[(size_t)j * k->dim + d], m = b.mins[j];
+                            exact += qd * xv;
+                            mag += fabs(qd) * (fabs(m) + fabs(xv - m));
+                        }
+                        close_enough(sr[h * k->n + j - j0], exact, mag, "qk ref vs exact", h, j);
+                        close_enough(sa[h * k->n + j - j0], sr[h * k->n + j - j0], mag, "qk simd vs ref", h, j);
+                    }
+            } else {
+                for (int i = 0; i < MAXG * k->dim; i++) oa[i] = or_[i] = frand();
+                kvc_pk_ref.pv(&b, p + j0, k->n, k->G, j0, j1, or_, k->dim);
+                kvc_pk_k.pv(&b, p + j0, k->n, k->G, j0, j1, oa, k->dim);
+                for (int h = 0; h < k->G; h++)
+                    for (int d = 0; d < k->dim; d++) {
+                        double exact = 0, mag = 0;
+                        for (int j = j0; j < j1; j++) {
+                            double pj = p[h * k->n + j], xv = xd[(size_t)j * k->dim + d], m = b.mins[j];
+                            exact += pj * xv;
+                            mag += pj * (fabs(m) + fabs(xv - m));
+                        }
+                        double o0 = oa[h * k->dim + d], r0 = or_[h * k->dim + d];
+                        close_enough(o0, r0, mag + fabs(r0), "pv simd vs ref", h, d);
+                        (void)exact;
+                    }
+            }
+        }
+        ops->free(&c, blob);
+    }
+    free(x), free(xd), free(q), free(p), free(sa), free(sr), free(oa), free(or_);
+}
+
+/* p.v of the reference against the exact sum over the decoded block. */
+static void test_pv_ref_exact(void **state) {
+    (void)state;
+    enum { N = 77, DIM = 40, GG = 3 };
+    kvc_pk_cfg cfg = {.rel = 0.1f, .block = 80, .pack = 16};
+    float *x = make(N, DIM, KIND_RANDOM), xd[N * DIM], p[GG * N], o[GG * DIM] = {0};
+    kvc_codec c = {.ops = &kvc_codec_packkv_v, .dim = DIM, .cfg = &cfg};
+    void *blob;
+    assert_int_equal(c.ops->encode(&c, x, N, DIM, &blob), KVC_OK);
+    c.ops->decode(&c, blob, 0, N, xd, DIM);
+    for (int i = 0; i < GG * N; i++) p[i] = (float)(rnd() % 100) / 100.0f;
+    kvc_pk_block b = kvc_pk_block_of(blob, 0);
+    kvc_pk_ref.pv(&b, p + 5, N, GG, 5, 70, o, DIM);
+    for (int h = 0; h < GG; h++)
+        for (int d = 0; d < DIM; d++) {
+            double exact = 0, mag = 0;
+            for (int j = 5; j < 70; j++) {
+                exact += (double)p[h * N + j] * xd[j * DIM + d];
+                mag += p[h * N + j] * (fabs(b.mins[j]) + fabs(xd[j * DIM + d] - b.mins[j]));
+            }
+            close_enough(o[h * DIM + d], exact, mag, "pv ref vs exact", h, d);
+        }
+    c.ops->free(&c, blob);
+    free(x);
+}
+
+static void test_kernels_all_shapes(void **state) {
+    (void)state;
+    const int dims[] = {1, 3, 16, 17, 64, 80, 128, 256};
+    const int ns[] = {1, 8, 13, 16, 40, 64, 128};
+    const int kinds[] = {KIND_RANDOM, KIND_SAME, KIND_WIDE, KIND_OUTLIER, KIND_OFFSET};
+    for (int pk = 8; pk <= 16; pk += 8)
+        for (int di = 0; di < 8; di++)
+            for (int ni = 0; ni < 7; ni++)
+                for (int ki = 0; ki < 5; ki++) {
+                    kcase k = {.pack = pk, .dim = dims[di], .n = ns[ni], .G = 1 + (di + ni + ki) % MAXG,
+                               .kind = kinds[ki], .rel = kinds[ki] == KIND_WIDE ? KVC_PK_MIN_REL : 0.1f};
+                    run_case(&k);
+                }
+}
+
+static void test_every_gqa_group(void **state) {
+    (void)state;
+    for (int G = 1; G <= MAXG; G++)
+        for (int pk = 8; pk <= 16; pk += 8) {
+            kcase k = {.pack = pk, .dim = 64, .n = 128, .G = G, .kind = KIND_RANDOM, .rel = 0.05f};
+            run_case(&k);
+        }
+}
+
+int main(void) {
+    kvc_codecs_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pv_ref_exact),
+        cmocka_unit_test(test_kernels_all_shapes),
+        cmocka_unit_test(test_every_gqa_group),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
