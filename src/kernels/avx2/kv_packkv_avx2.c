@@ -98,24 +98,29 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
                                                            int lds, const int NH, const int NHALF) {
     const int dim = b->dim, P = 8 * NHALF, p0 = j0 / P, p1 = (j1 + P - 1) / P;
     float qsum[4];
+    #pragma GCC unroll 8
     for (int h = 0; h < NH; h++) qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
     const uint8_t *src = b->data + kvc_pk_item_offset(b, p0 * dim);
     for (int p = p0; p < p1; p++) {
         const int item0 = p * dim;
         __m256 acc[4][2];
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) acc[h][0] = acc[h][1] = _mm256_setzero_ps();
         for (int c = 0; c < dim; c++) {
             int w = width_of(b, item0 + c);
             __m256 r0 = unpack8(src, w), r1 = NHALF == 2 ? unpack8(src + w, w) : r0;
             src += NHALF * w;
+            #pragma GCC unroll 8
             for (int h = 0; h < NH; h++) {
                 __m256 qc = _mm256_broadcast_ss(q + (size_t)h * ldq + c);
                 acc[h][0] = _mm256_fmadd_ps(r0, qc, acc[h][0]);
                 if (NHALF == 2) acc[h][1] = _mm256_fmadd_ps(r1, qc, acc[h][1]);
             }
         }
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) {
             float dmin = dot_u8(q + (size_t)h * ldq, b->pmins + item0, dim);
+            #pragma GCC unroll 2
             for (int half = 0; half < NHALF; half++) {
                 int first = P * p + 8 * half;
                 __m256 sc = bf16x8(b->scales + first), mn = _mm256_loadu_ps(b->mins + first);
@@ -164,11 +169,13 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
     const int dim = b->dim, np = b->np, P = 8 * NHALF, p0 = j0 / P, p1 = (j1 + P - 1) / P;
     __m256 wv[4][MAXH];
     float wsum[4][MAXH], mterm[4];
+    #pragma GCC unroll 8
     for (int h = 0; h < NH; h++) {
         const float *ph = p + (size_t)h * ldp - j0;
         __m256 mt = _mm256_setzero_ps();
         for (int pk = p0; pk < p1; pk++) {
             __m256 ws = _mm256_setzero_ps();
+            #pragma GCC unroll 2
             for (int half = 0; half < NHALF; half++) {
                 int first = P * pk + 8 * half;
                 __m256i k = lanes8(first, j0, j1);
@@ -186,18 +193,21 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
     for (int c = 0; c < dim; c++) {
         __m256 acc[4];
         float pm[4];
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_ps(), pm[h] = mterm[h];
         for (int pk = p0; pk < p1; pk++) {
             int item = c * np + pk, w = width_of(b, item);
             __m256 r0 = unpack8(src, w), r1 = NHALF == 2 ? unpack8(src + w, w) : r0;
             float m = (float)b->pmins[item];
             src += NHALF * w;
+            #pragma GCC unroll 8
             for (int h = 0; h < NH; h++) {
                 acc[h] = _mm256_fmadd_ps(r0, wv[h][pk * NHALF], acc[h]);
                 if (NHALF == 2) acc[h] = _mm256_fmadd_ps(r1, wv[h][pk * NHALF + 1], acc[h]);
                 pm[h] += m * wsum[h][pk];
             }
         }
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += hsum8(acc[h]) + pm[h];
         if ((p1 != np || p0 != 0) && c + 1 < dim) /* skip to pack p0 of the next channel */
             for (int i = c * np + p1; i < (c + 1) * np + p0; i++) src += NHALF * width_of(b, i);

@@ -27,6 +27,7 @@
 
 static uint8_t shuf16[9][64] __attribute__((aligned(64)));
 static uint32_t shift16[9][16] __attribute__((aligned(64)));
+static uint32_t mask16[9][16] __attribute__((aligned(64)));
 static kvc_pk_kernels narrow; /* the kernels for packs of 8 */
 
 static void build_tables(void) {
@@ -39,16 +40,25 @@ static void build_tables(void) {
                 shuf16[w][at + 1] = byte + 1 < 16 ? (uint8_t)(byte + 1) : 0x80;
             }
             shift16[w][t] = (uint32_t)(t * w % 8);
+            mask16[w][t] = (1u << w) - 1;
         }
 }
 
-/* The 16 residuals of the pack at src (width w) as floats. */
-static inline __attribute__((always_inline)) __m512 unpack16(const uint8_t *src, int w) {
+/* The 16 residuals of the pack at src (width w) as integers. */
+static inline __attribute__((always_inline)) __m512i unpack16i(const uint8_t *src, int w) {
     __m512i x = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)src));
     x = _mm512_shuffle_epi8(x, _mm512_load_si512(shuf16[w]));
     x = _mm512_srlv_epi32(x, _mm512_load_si512(shift16[w]));
-    x = _mm512_and_si512(x, _mm512_set1_epi32((1 << w) - 1));
-    return _mm512_cvtepi32_ps(x);
+    return _mm512_and_si512(x, _mm512_load_si512(mask16[w]));
+}
+
+static inline __attribute__((always_inline)) __m512 unpack16(const uint8_t *src, int w) {
+    return _mm512_cvtepi32_ps(unpack16i(src, w));
+}
+
+/* The pack's codes pmin + residual as floats. */
+static inline __attribute__((always_inline)) __m512 unpack16_plus(const uint8_t *src, int w, int pmin) {
+    return _mm512_cvtepi32_ps(_mm512_add_epi32(unpack16i(src, w), _mm512_set1_epi32(pmin)));
 }
 
 static inline __m512 bf16x16(const uint16_t *p) {
@@ -96,21 +106,25 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
                                                            int lds, const int NH) {
     const int dim = b->dim, p0 = j0 / 16, p1 = (j1 + 15) / 16;
     float qsum[8];
+    #pragma GCC unroll 8
     for (int h = 0; h < NH; h++) qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
     const uint8_t *src = b->data + kvc_pk_item_offset(b, p0 * dim);
     for (int p = p0; p < p1; p++) {
         const int item0 = p * dim;
         __m512 acc[8];
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_ps();
         for (int c = 0; c < dim; c++) {
             int item = item0 + c, w = (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
             __m512 r = unpack16(src, w);
             src += 2 * w;
+            #pragma GCC unroll 8
             for (int h = 0; h < NH; h++)
                 acc[h] = _mm512_fmadd_ps(r, _mm512_set1_ps(q[(size_t)h * ldq + c]), acc[h]);
         }
         __m512 sc = bf16x16(b->scales + 16 * p), mn = _mm512_loadu_ps(b->mins + 16 * p);
         __mmask16 k = lanes(16 * p, j0, j1);
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) {
             float dmin = dot_u8(q + (size_t)h * ldq, b->pmins + item0, dim);
             __m512 x = _mm512_add_ps(acc[h], _mm512_set1_ps(dmin));
@@ -153,12 +167,28 @@ static inline uint32_t items_bytes(const kvc_pk_block *b, int from, int to) {
     return 2 * n;
 }
 
+/* r[c] = the sum of the 16 lanes of v[c], c < 16 (a transpose-and-add tree:
+ * about 3 operations per vector instead of a horizontal sum each). */
+static inline __m512 sum16x16(const __m512 *v) {
+    __m512 w[8], x[4];
+    for (int k = 0; k < 8; k++)
+        w[k] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * k], v[2 * k + 1]),
+                             _mm512_unpackhi_ps(v[2 * k], v[2 * k + 1]));
+    for (int k = 0; k < 4; k++)
+        x[k] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * k], w[2 * k + 1], 0x44),
+                             _mm512_shuffle_ps(w[2 * k], w[2 * k + 1], 0xEE));
+    __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(x[0], x[1], 0x88), _mm512_shuffle_f32x4(x[0], x[1], 0xDD));
+    __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(x[2], x[3], 0x88), _mm512_shuffle_f32x4(x[2], x[3], 0xDD));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
+}
+
 static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b, const float *p,
                                                            int ldp, int j0, int j1, float *o,
                                                            int ldo, const int NH) {
     const int dim = b->dim, np = b->np, p0 = j0 / 16, p1 = (j1 + 15) / 16;
-    __m512 wv[4][MAXP];
-    float wsum[4][MAXP], mterm[4];
+    __m512 wv[4][MAXP], red[4][16];
+    float mterm[4];
+    #pragma GCC unroll 8
     for (int h = 0; h < NH; h++) {
         const float *ph = p + (size_t)h * ldp - j0;
         __m512 mt = _mm512_setzero_ps();
@@ -166,7 +196,6 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
             __mmask16 k = lanes(16 * pk, j0, j1);
             __m512 pw = _mm512_maskz_loadu_ps(k, ph + 16 * pk);
             wv[h][pk] = _mm512_mul_ps(pw, bf16x16(b->scales + 16 * pk));
-            wsum[h][pk] = _mm512_reduce_add_ps(wv[h][pk]);
             mt = _mm512_fmadd_ps(pw, _mm512_loadu_ps(b->mins + 16 * pk), mt);
         }
         mterm[h] = _mm512_reduce_add_ps(mt);
@@ -174,19 +203,28 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
     const uint8_t *src = b->data + kvc_pk_item_offset(b, p0);
     for (int c = 0; c < dim; c++) {
         __m512 acc[4];
-        float pm[4];
-        for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_ps(), pm[h] = mterm[h];
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_ps();
         for (int pk = p0; pk < p1; pk++) {
             int item = c * np + pk, w = (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
-            __m512 r = unpack16(src, w);
-            float m = (float)b->pmins[item];
+            __m512 r = unpack16_plus(src, w, b->pmins[item]); /* the codes pmin + r */
             src += 2 * w;
+            #pragma GCC unroll 8
+            for (int h = 0; h < NH; h++) acc[h] = _mm512_fmadd_ps(r, wv[h][pk], acc[h]);
+        }
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) red[h][c & 15] = acc[h];
+        if ((c & 15) == 15 || c + 1 == dim) { /* the sums of channels c0 .. c */
+            int c0 = c & ~15, n = c + 1 - c0;
+            __mmask16 k = (__mmask16)((1u << n) - 1);
+            #pragma GCC unroll 8
             for (int h = 0; h < NH; h++) {
-                acc[h] = _mm512_fmadd_ps(r, wv[h][pk], acc[h]);
-                pm[h] += m * wsum[h][pk];
+                for (int i = n; i < 16; i++) red[h][i] = _mm512_setzero_ps();
+                float *oh = o + (size_t)h * ldo + c0;
+                __m512 sum = _mm512_add_ps(sum16x16(red[h]), _mm512_set1_ps(mterm[h]));
+                _mm512_mask_storeu_ps(oh, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, oh), sum));
             }
         }
-        for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += _mm512_reduce_add_ps(acc[h]) + pm[h];
         if ((p1 != np || p0 != 0) && c + 1 < dim) /* skip to pack p0 of the next channel */
             src += items_bytes(b, c * np + p1, (c + 1) * np + p0);
     }

@@ -47,7 +47,7 @@ static const kvc_param packkv_params[] = {
      .min = 8, .max = KVC_PK_MAX_BLOCK, .help = "tokens per independent V block (multiple of pack)"},
     {.key = "pack", .type = KVC_PARAM_INT, .offset = offsetof(packkv_cfg, pack), .def = "16",
      .min = 8, .max = 16, .help = "tokens per bit-packed pack of one channel: 8 or 16"},
-    {.key = "repack", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, repack), .def = "vmedian",
+    {.key = "repack", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, repack), .def = "none",
      .choices = "none|vmedian|greedy",
      .help = "token order inside a unit: none, V-median sort, greedy (Algorithm 1)"},
     {.key = "window", .type = KVC_PARAM_INT, .offset = offsetof(packkv_cfg, window), .def = "32",
@@ -156,7 +156,7 @@ static const char *const packkv_stacks[] = {"h2o", NULL};
 const kvc_method kvc_method_packkv = {
     .name = "packkv",
     .summary = "token-wise relative quantization, repacking, bit-packing in packs; fused kernels",
-    .paper = "PackKV (Jiang et al., LLM-aware lossy compression of the KV cache, 2025)",
+    .paper = "PackKV (Jiang et al., LLM-aware lossy compression of the KV cache)",
     .flags = KVC_METHOD_BASE,
     .params = packkv_params,
     .n_params = (int)(sizeof packkv_params / sizeof packkv_params[0]),
