@@ -276,41 +276,41 @@ static void decode_block(const kvc_pk_block *v, int j0, int j1, float *x, int ld
     }
 }
 
+/* The block holding token t0 (< end), its first token *tb, and the end of
+ * the part of [t0, end) inside it. */
+static int block_at(const pkblob *b, int t0, int end, kvc_pk_block *v, int *tb) {
+    int bi = t0 / b->block;
+    *tb = bi * b->block;
+    *v = kvc_pk_block_of(b, bi);
+    return end < *tb + v->n ? end : *tb + v->n;
+}
+
 static void decode_pk(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
     (void)c;
-    const pkblob *b = blob;
-    for (int t0 = begin; t0 < end;) {
-        int bi = t0 / b->block, tb = bi * b->block;
-        kvc_pk_block v = kvc_pk_block_of(b, bi);
-        int te = end < tb + v.n ? end : tb + v.n;
+    kvc_pk_block v;
+    for (int t0 = begin, tb, te; t0 < end; t0 = te) {
+        te = block_at(blob, t0, end, &v, &tb);
         decode_block(&v, t0 - tb, te - tb, x + (size_t)(t0 - begin) * ld, ld);
-        t0 = te;
     }
 }
 
 static void qk_pk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
                   int end, float *s, int lds) {
     (void)c;
-    const pkblob *b = blob;
-    for (int t0 = begin; t0 < end;) {
-        int bi = t0 / b->block, tb = bi * b->block;
-        kvc_pk_block v = kvc_pk_block_of(b, bi);
-        int te = end < tb + v.n ? end : tb + v.n;
+    kvc_pk_block v;
+    for (int t0 = begin, tb, te; t0 < end; t0 = te) {
+        te = block_at(blob, t0, end, &v, &tb);
         kvc_pk_k.qk(&v, q, ldq, G, t0 - tb, te - tb, s + (t0 - begin), lds);
-        t0 = te;
     }
 }
 
 static void pv_pk(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
                   int end, float *o, int ldo) {
     (void)c;
-    const pkblob *b = blob;
-    for (int t0 = begin; t0 < end;) {
-        int bi = t0 / b->block, tb = bi * b->block;
-        kvc_pk_block v = kvc_pk_block_of(b, bi);
-        int te = end < tb + v.n ? end : tb + v.n;
+    kvc_pk_block v;
+    for (int t0 = begin, tb, te; t0 < end; t0 = te) {
+        te = block_at(blob, t0, end, &v, &tb);
         kvc_pk_k.pv(&v, p + (t0 - begin), ldp, G, t0 - tb, te - tb, o, ldo);
-        t0 = te;
     }
 }
 
