@@ -12,7 +12,10 @@
  *  - greedy repacking never needs more residual bits than none on
  *    clustered tokens (it puts tokens of one cluster in one pack);
  *  - decode attention through the method equals the reference attention over
- *    the decoded cache (f32 sums: 2e-5 relative), alone and with +h2o;
+ *    the decoded cache, alone and with +h2o: relative L1 error of the whole
+ *    output <= 1e-3 (the AVX-512 p.v rounds the weights to int16, 1/65534 of
+ *    a block's largest; the other kernels differ in f32 sums only; a lost or
+ *    misplaced token or block gives O(1e-1));
  *  - bad parameters are refused with messages that name them.
  * Kernel-by-kernel agreement of the SIMD kernels: test_packkv_kernels.c. */
 #include <float.h>
@@ -292,10 +295,9 @@ static void test_same_permutation_for_k_and_v(void **state) {
 }
 
 static void expect_close(const float *a, const float *ref, int n, const char *what) {
-    for (int i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= 2e-5)) fail_msg("%s: element %d: %g vs %g", what, i, a[i], ref[i]);
-    }
+    double e = 0, m = 0;
+    for (int i = 0; i < n; i++) e += fabs((double)a[i] - ref[i]), m += fabs(ref[i]);
+    if (!(e <= 1e-3 * m)) fail_msg("%s: mean error %g of mean magnitude %g", what, e / n, m / n);
 }
 
 static void check_matches_reference(const char *spec, int n_prefill, int n_decode) {

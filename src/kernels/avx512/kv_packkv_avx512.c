@@ -6,20 +6,27 @@
  * vpsrlvd by (t*w) mod 8 and a mask of w bits. The residual bytes never go
  * back to memory.
  *
- * qk (key blocks, pack-major): per pack, tokens in lanes; per channel one
- * unpack and one FMA per head against the broadcast q_c; the pack's sum_c
- * q_c pmin_c and the per-token scale and min are applied once per pack. Up to
- * 8 heads share one unpack.
+ * qk (key blocks, pack-major), float: per pack, tokens in lanes; per channel
+ * one unpack, one cvt and one FMA per head against the broadcast q_c; the
+ * pack's sum_c q_c pmin_c and the per-token scale and min are applied once
+ * per pack. (An int16 query with one vpdpwssd per two channels and head, the
+ * two channels unpacked into the halves of each lane, was slower on this
+ * Zen 4: 2.33 against 2.06 ns per pack and channel, docs/benchmarks.md.)
  *
- * pv (value blocks, channel-major): per channel, the packs of the range are
- * unpacked in turn and multiplied by the precomputed weights p_t s_t of their
- * tokens (zero outside the range), one accumulator per head, one horizontal
- * sum per channel and block; pmin_c times the pack's weight sum and
- * sum_t p_t m_t are scalar terms. Up to 4 heads share one unpack.
+ * pv (value blocks, channel-major), integer: the weights p_t s_t of each head
+ * become int16, wi_t = round(p_t s_t / beta), beta = the block's max / 32767;
+ * per channel and pack, the codes pmin + r of the 16 tokens are unpacked into
+ * 16-bit lanes of a 256-bit register (vpshufb, vpsrlvw, mask, add), one
+ * vpdpwssd per head against the weights; eight channels' sums are reduced
+ * together and o_c += beta acc_c + sum_t p_t m_t. Exact for blocks of <= 256
+ * tokens; longer blocks take the float path.
  *
- * Packs of 8 tokens run the AVX2 kernels (registered before these). Results
- * equal the scalar reference up to the order of float sums. */
+ * Rounding (the bound the tests check): |p.v - ref| <= beta/2 sum_t code_tc,
+ * on top of f32 sums. Packs of 8 tokens
+ * run the AVX2 kernels (registered before these). Up to 8 heads (qk) / 4
+ * heads (pv) share one unpack. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -28,7 +35,12 @@
 static uint8_t shuf16[9][64] __attribute__((aligned(64)));
 static uint32_t shift16[9][16] __attribute__((aligned(64)));
 static uint32_t mask16[9][16] __attribute__((aligned(64)));
+static uint8_t shuf_w[9][32] __attribute__((aligned(32)));  /* 16 tokens in 16-bit lanes */
+static uint16_t shift_w[9][16] __attribute__((aligned(32)));
+static uint16_t mask_w[9][16] __attribute__((aligned(32)));
 static kvc_pk_kernels narrow; /* the kernels for packs of 8 */
+
+enum { IBLOCK = 256 }; /* longest blocks with exact int32 sums in p.v */
 
 static void build_tables(void) {
     for (int w = 0; w <= 8; w++)
@@ -41,6 +53,11 @@ static void build_tables(void) {
             }
             shift16[w][t] = (uint32_t)(t * w % 8);
             mask16[w][t] = (1u << w) - 1;
+            int wat = 16 * (t / 8) + 2 * (t % 8); /* 16-bit lane t: 128-bit lane t/8 */
+            shuf_w[w][wat] = w ? (uint8_t)byte : 0x80;
+            shuf_w[w][wat + 1] = w && byte + 1 < 16 ? (uint8_t)(byte + 1) : 0x80;
+            shift_w[w][t] = (uint16_t)(t * w % 8);
+            mask_w[w][t] = (uint16_t)((1u << w) - 1);
         }
 }
 
@@ -230,6 +247,76 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
     }
 }
 
+/* r[c] = the sum of the 8 lanes of v[c], c < 8. */
+static inline __m256i sum8x8(const __m256i *v) {
+    __m256i a = _mm256_hadd_epi32(v[0], v[1]), b2 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i c = _mm256_hadd_epi32(v[4], v[5]), d = _mm256_hadd_epi32(v[6], v[7]);
+    a = _mm256_hadd_epi32(a, b2); /* lanes: 0..3 low half of v0..v3, then high */
+    c = _mm256_hadd_epi32(c, d);
+    __m256i lo = _mm256_permute2x128_si256(a, c, 0x20), hi = _mm256_permute2x128_si256(a, c, 0x31);
+    return _mm256_add_epi32(lo, hi);
+}
+
+static inline __attribute__((always_inline)) void pv_int_heads(const kvc_pk_block *b, const float *p,
+                                                               int ldp, int j0, int j1, float *o,
+                                                               int ldo, const int NH) {
+    const int dim = b->dim, np = b->np, p0 = j0 / 16, p1 = (j1 + 15) / 16;
+    __m256i wi[4][IBLOCK / 16], red[4][8];
+    float mterm[4], beta[4];
+    #pragma GCC unroll 8
+    for (int h = 0; h < NH; h++) {
+        const float *ph = p + (size_t)h * ldp - j0;
+        __m512 mt = _mm512_setzero_ps(), mx = _mm512_setzero_ps();
+        __m512 wv[IBLOCK / 16];
+        for (int pk = p0; pk < p1; pk++) {
+            __mmask16 k = lanes(16 * pk, j0, j1);
+            __m512 pw = _mm512_maskz_loadu_ps(k, ph + 16 * pk);
+            wv[pk] = _mm512_mul_ps(pw, bf16x16(b->scales + 16 * pk));
+            mx = _mm512_max_ps(mx, wv[pk]);
+            mt = _mm512_fmadd_ps(pw, _mm512_loadu_ps(b->mins + 16 * pk), mt);
+        }
+        mterm[h] = _mm512_reduce_add_ps(mt);
+        float wmax = _mm512_reduce_max_ps(mx);
+        float inv = wmax > 0.0f && wmax <= 3.0e38f ? 32767.0f / wmax : 0.0f;
+        beta[h] = inv > 0.0f ? wmax / 32767.0f : 0.0f;
+        for (int pk = p0; pk < p1; pk++)
+            wi[h][pk] = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(wv[pk], _mm512_set1_ps(inv))));
+    }
+    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0);
+    for (int c = 0; c < dim; c++) {
+        __m256i acc[4];
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
+        for (int pk = p0; pk < p1; pk++) {
+            int item = c * np + pk, w = kvc_pk_item_width(b, item);
+            __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)src));
+            x = _mm256_shuffle_epi8(x, _mm256_load_si256((const __m256i *)shuf_w[w]));
+            x = _mm256_srlv_epi16(x, _mm256_load_si256((const __m256i *)shift_w[w]));
+            x = _mm256_and_si256(x, _mm256_load_si256((const __m256i *)mask_w[w]));
+            x = _mm256_add_epi16(x, _mm256_set1_epi16((short)b->pmins[item])); /* codes pmin + r */
+            src += 2 * w;
+            #pragma GCC unroll 8
+            for (int h = 0; h < NH; h++) acc[h] = _mm256_dpwssd_epi32(acc[h], x, wi[h][pk]);
+        }
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) red[h][c & 7] = acc[h];
+        if ((c & 7) == 7 || c + 1 == dim) { /* the sums of channels c0 .. c */
+            int c0 = c & ~7, n = c + 1 - c0;
+            __mmask8 k = (__mmask8)((1u << n) - 1);
+            #pragma GCC unroll 8
+            for (int h = 0; h < NH; h++) {
+                for (int i = n; i < 8; i++) red[h][i] = _mm256_setzero_si256();
+                float *oh = o + (size_t)h * ldo + c0;
+                __m256 sum = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum8x8(red[h])), _mm256_set1_ps(beta[h]),
+                                             _mm256_set1_ps(mterm[h]));
+                _mm256_mask_storeu_ps(oh, k, _mm256_add_ps(_mm256_maskz_loadu_ps(k, oh), sum));
+            }
+        }
+        if ((p1 != np || p0 != 0) && c + 1 < dim) /* skip to pack p0 of the next channel */
+            src += items_bytes(b, c * np + p1, (c + 1) * np + p0);
+    }
+}
+
 static void pv_avx512(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
                       int ldo) {
     if (b->pack != 16) {
@@ -239,6 +326,15 @@ static void pv_avx512(const kvc_pk_block *b, const float *p, int ldp, int G, int
     for (int h0 = 0; h0 < G; h0 += 4) {
         const float *ph = p + (size_t)h0 * ldp;
         float *oh = o + (size_t)h0 * ldo;
+        if (b->np * 16 <= IBLOCK) {
+            switch (G - h0 < 4 ? G - h0 : 4) {
+            case 1: pv_int_heads(b, ph, ldp, j0, j1, oh, ldo, 1); break;
+            case 2: pv_int_heads(b, ph, ldp, j0, j1, oh, ldo, 2); break;
+            case 3: pv_int_heads(b, ph, ldp, j0, j1, oh, ldo, 3); break;
+            default: pv_int_heads(b, ph, ldp, j0, j1, oh, ldo, 4); break;
+            }
+            continue;
+        }
         switch (G - h0 < 4 ? G - h0 : 4) {
         case 1: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 1); break;
         case 2: pv_heads(b, ph, ldp, j0, j1, oh, ldo, 2); break;
