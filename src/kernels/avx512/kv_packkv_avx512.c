@@ -10,8 +10,9 @@
  * one unpack, one cvt and one FMA per head against the broadcast q_c; the
  * pack's sum_c q_c pmin_c and the per-token scale and min are applied once
  * per pack. (An int16 query with one vpdpwssd per two channels and head, the
- * two channels unpacked into the halves of each lane, was slower on this
- * Zen 4: 2.33 against 2.06 ns per pack and channel, docs/benchmarks.md.)
+ * two channels unpacked into the halves of each lane, was slower on the
+ * development machine: 2.33 against 2.06 ns per pack and channel,
+ * docs/benchmarks.md "PackKV".)
  *
  * pv (value blocks, channel-major), integer: the weights p_t s_t of each head
  * become int16, wi_t = round(p_t s_t / beta), beta = the block's max / 32767;
