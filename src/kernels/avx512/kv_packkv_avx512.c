@@ -23,9 +23,8 @@
  * tokens; longer blocks take the float path.
  *
  * Rounding (the bound the tests check): |p.v - ref| <= beta/2 sum_t code_tc,
- * on top of f32 sums. Packs of 8 tokens
- * run the AVX2 kernels (registered before these). Up to 8 heads (qk) / 4
- * heads (pv) share one unpack. */
+ * on top of f32 sums. Packs of 8 tokens run the AVX2 kernels (registered
+ * before these). Up to 8 heads (qk) / 4 heads (pv) share one unpack. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
