@@ -18,6 +18,7 @@ typedef struct pkblob {
     uint32_t *offs;     /* [cap_blocks + 1]: block i is data[offs[i] .. offs[i+1]) */
     uint8_t *data;      /* cap_data + KVC_PK_OVERREAD bytes */
     uint64_t cap_data;
+    uint64_t payload;   /* residual bytes of all blocks */
 } pkblob;
 
 static const kvc_pk_cfg *cfg_of(const kvc_codec *c) { return (const kvc_pk_cfg *)c->cfg; }
@@ -133,8 +134,9 @@ static void write_block(const float *mins, const uint16_t *scales, const uint8_t
     }
 }
 
-/* Bytes of the block x would encode to (the widths need the codes). */
-static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack) {
+/* Bytes of the block the codes encode to, padded to 4 so that every block's
+ * f32 mins are aligned; *residual gets the residual bytes alone. */
+static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, uint32_t *residual) {
     layout l = layout_of(nb, dim, pack);
     uint32_t data = 0;
     for (int p = 0; p < l.np; p++)
@@ -147,7 +149,8 @@ static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack) {
             }
             data += (uint32_t)(pack * kvc_pk_width((unsigned)(hi - lo)) / 8);
         }
-    return l.o_data + data;
+    *residual = data;
+    return (l.o_data + data + 3) & ~3u;
 }
 
 static kvc_status reserve(pkblob *b, int n_blocks, uint64_t data_bytes) {
@@ -199,7 +202,7 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
         for (int t = 0; t < nb; t++) /* codes first: the block's size depends on its widths */
             kvc_pk_quantize(x + (size_t)(t0 + t) * ld, b->dim, cfg->rel, &mins[t], &scales[t],
                             codes + (size_t)t * b->dim);
-        uint32_t bytes = block_bytes(codes, nb, b->dim, b->pack);
+        uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, &residual);
         uint64_t at = b->n_blocks ? b->offs[b->n_blocks] : 0;
         st = reserve(b, b->n_blocks + 1, at + bytes);
         if (st != KVC_OK) break;
@@ -207,6 +210,7 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
         b->offs[b->n_blocks] = (uint32_t)at;
         b->offs[++b->n_blocks] = (uint32_t)(at + bytes);
         b->n += nb;
+        b->payload += residual;
     }
     free(codes);
     return st;
@@ -315,18 +319,14 @@ static void pv_pk(const kvc_codec *c, const void *blob, const float *p, int G, i
 }
 
 /* Payload: the residual bytes. Meta: everything else (blob header, block
- * offsets, per-token mins and scales, pack widths and mins, the over-read pad
- * and unused capacity). */
+ * offsets, per-token mins and scales, pack widths and mins, the padding of
+ * blocks to 4 bytes, the over-read pad and unused capacity). */
 static void bytes_pk(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     (void)c;
     const pkblob *b = blob;
-    uint64_t data = 0;
-    for (int i = 0; i < b->n_blocks; i++) {
-        kvc_pk_block v = kvc_pk_block_of(b, i);
-        data += (uint64_t)(b->offs[i + 1] - b->offs[i]) - (uint64_t)(v.data - (b->data + b->offs[i]));
-    }
-    *payload = data;
-    *meta = sizeof *b + sizeof *b->offs * ((uint64_t)b->cap_blocks + 1) + b->cap_data + KVC_PK_OVERREAD - data;
+    *payload = b->payload;
+    *meta = sizeof *b + sizeof *b->offs * ((uint64_t)b->cap_blocks + 1) + b->cap_data + KVC_PK_OVERREAD -
+            b->payload;
 }
 
 const kvc_codec_ops kvc_codec_packkv_k = {
