@@ -184,6 +184,14 @@ typedef struct kvc_cache_stats {
     double bytes_per_token;   /* in_use_bytes / context_tokens, over all layers and heads */
     double bits_per_element;  /* in_use_bytes * 8 / (context_tokens * layers * kv_heads * head_dim * 2) */
     double ratio_vs_f16;      /* dense f16 bytes of the context / in_use_bytes */
+    /* Decode attention since the cache was created (kept across resets):
+     * tokens attended / tokens of context, over every step, layer and KV head
+     * (1 for a dense cache; about the budget for selecting or evicting ones),
+     * and of the tokens a step selected (selected units only: not the sinks,
+     * the hot window or unselectable chunks) the fraction that the previous step
+     * of the same layer and head had selected too (0 without selection). */
+    double read_fraction;
+    double reuse_rate;
 } kvc_cache_stats;
 
 /* ---- inference context ---------------------------------------------------- */

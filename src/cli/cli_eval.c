@@ -176,8 +176,8 @@ static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_
                "%.3g, KL mean %.3g\n",
                r->chunked_max_abs_dlogit, r->chunked_kl_mean);
     }
-    printf("\n%-24s %9s %7s %6s %10s %21s %10s %10s %10s %7s %9s %8s %9s %8s %7s\n", "method",
-           "bytes/tok", "bits/el", "x f16", "KL mean", "KL mean 95% CI", "KL median", "KL p99",
+    printf("\n%-24s %9s %7s %6s %6s %6s %10s %21s %10s %10s %10s %7s %9s %8s %9s %8s %7s\n", "method",
+           "bytes/tok", "bits/el", "x f16", "read%", "reuse%", "KL mean", "KL mean 95% CI", "KL median", "KL p99",
            "KL max", "same%", "dp mean", "dp rms", "ppl ratio", "RSS MiB", "time s");
     for (int k = 0; k < r->n_methods; k++) {
         const kvc_eval_kl_method *m = &r->methods[k];
@@ -187,10 +187,10 @@ static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_
         }
         char ci[32] = "-";
         if (!isnan(m->kl_ci95_lo)) snprintf(ci, sizeof ci, "[%.3g, %.3g]", m->kl_ci95_lo, m->kl_ci95_hi);
-        printf("%-24s %9.1f %7.2f %6.2f %10.3g %21s %10.3g %10.3g %10.3g %7.2f %9.2e %8.2e %9.5f "
-               "%8.0f %7.1f\n",
+        printf("%-24s %9.1f %7.2f %6.2f %6.1f %6.1f %10.3g %21s %10.3g %10.3g %10.3g %7.2f %9.2e %8.2e "
+               "%9.5f %8.0f %7.1f\n",
                m->spec, m->stats.bytes_per_token, m->stats.bits_per_element,
-               m->stats.ratio_vs_f16, m->q.kl.mean, ci, m->q.kl.median, m->q.kl.p99, m->q.kl.max,
+               m->stats.ratio_vs_f16, 100 * m->stats.read_fraction, 100 * m->stats.reuse_rate, m->q.kl.mean, ci, m->q.kl.median, m->q.kl.p99, m->q.kl.max,
                100 * m->q.same_top, m->q.dp_mean, m->q.dp_rms, m->q.ppl_ratio,
                m->peak_rss / 1048576.0, m->seconds);
     }
@@ -423,6 +423,10 @@ static void ruler_table(const eval_opts *o, const eval_setup *s, const kvc_eval_
     for (int k = 0; k < r->n_methods; k++) printf(" %20.1f", 100 * method_mean(r, k));
     printf("\n%-18s %7s", "bytes/token", "");
     for (int k = 0; k < r->n_methods; k++) printf(" %20.1f", r->methods[k].stats.bytes_per_token);
+    printf("\n%-18s %7s", "read % per step", "");
+    for (int k = 0; k < r->n_methods; k++) printf(" %20.1f", 100 * r->methods[k].stats.read_fraction);
+    printf("\n%-18s %7s", "reuse %", "");
+    for (int k = 0; k < r->n_methods; k++) printf(" %20.1f", 100 * r->methods[k].stats.reuse_rate);
     printf("\n%-18s %7s", "bits/element", "");
     for (int k = 0; k < r->n_methods; k++) printf(" %20.2f", r->methods[k].stats.bits_per_element);
     printf("\n%-18s %7s", "time s", "");

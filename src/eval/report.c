@@ -27,6 +27,8 @@ void kvc_report_stats_json(kvc_json *j, const char *key, const kvc_cache_stats *
     kvc_json_kv_num(j, "bytes_per_token", s->bytes_per_token);
     kvc_json_kv_num(j, "bits_per_element", s->bits_per_element);
     kvc_json_kv_num(j, "ratio_vs_f16", s->ratio_vs_f16);
+    kvc_json_kv_num(j, "read_fraction", s->read_fraction);
+    kvc_json_kv_num(j, "reuse_rate", s->reuse_rate);
     kvc_json_obj_end(j);
 }
 

@@ -427,6 +427,7 @@ static void plan_task(void *ctx, int task, int thread) {
     plan_ctx *pc = ctx;
     req_state *r = &pc->ws->reqs[task];
     r->st = plan_one(&pc->reqs[task], task, r, pc->o);
+    pc->reqs[task].n_read = r->n_tokens;
 }
 
 /* ---- phase 2: attend ------------------------------------------------------------ */

@@ -18,6 +18,7 @@ typedef struct kvc_attend_req {
     float *out;               /* [G][dim] */
     kvc_select_plan plan;     /* budget < 0: everything */
     int want_attn;            /* keep probabilities for on_attn */
+    int64_t n_read;           /* out: tokens attended (selected units, unselectable chunks, hot window) */
 } kvc_attend_req;
 
 /* Reusable scratch of the driver (grows on demand). */

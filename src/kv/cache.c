@@ -39,6 +39,8 @@ void kvc_cache_free(kvc_cache *c) {
         if (c->mstate_created[j] && c->spec.m[j]->ops.destroy) c->spec.m[j]->ops.destroy(c->mstate[j]);
     kvc_spec_free(&c->spec);
     free(c->streams);
+    for (int i = 0; c->usage && i < c->n_streams; i++) kvc_sel_usage_free(&c->usage[i]);
+    free(c->usage);
     free(c->reqs);
     free(c->hook_st);
     kvc_attend_ws_free(c->ws);
@@ -90,7 +92,8 @@ kvc_status kvc_cache_create(const kvc_cache_shape *shape, const char *spec, stru
     c->streams = calloc((size_t)c->n_streams, sizeof *c->streams);
     c->reqs = calloc((size_t)shape->n_kv_heads, sizeof *c->reqs);
     c->hook_st = calloc((size_t)shape->n_kv_heads, sizeof *c->hook_st);
-    if (!c->streams || !c->reqs || !c->hook_st) st = kvc_fail(KVC_ERR_NOMEM, "cache streams (%d)", c->n_streams);
+    c->usage = calloc((size_t)c->n_streams, sizeof *c->usage);
+    if (!c->streams || !c->reqs || !c->hook_st || !c->usage) st = kvc_fail(KVC_ERR_NOMEM, "cache streams (%d)", c->n_streams);
     if (st == KVC_OK) st = kvc_attend_ws_create(&c->ws);
     c->n_pws = pool ? kvc_pool_threads(pool) : 1;
     c->pws = calloc((size_t)c->n_pws, sizeof *c->pws);
@@ -140,6 +143,7 @@ void kvc_cache_reset(kvc_cache *c) {
         c->tokens_seen = 0;
         free(s->sel_cache);
         s->sel_cache = NULL;
+        kvc_sel_usage_forget(&c->usage[i]);
         for (int j = 0; j < c->spec.n; j++)
             if (c->spec.m[j]->ops.stream_init &&
                 c->spec.m[j]->ops.stream_init(c->mstate[j], s, &s->mstate[j]) != KVC_OK)
@@ -268,6 +272,7 @@ static void on_attn_cb(void *ctx, int req, int ci, const kvc_range *r, int nr, c
 static void on_select_cb(void *ctx, int req, int n_units, const int32_t *ci, const kvc_range *u) {
     kvc_cache *c = ctx;
     kvc_stream *s = c->reqs[req].s;
+    kvc_sel_usage_select(&c->usage[s->layer * c->shape.n_kv_heads + s->head], s, n_units, ci, u);
     for (int j = 0; j < c->spec.n; j++)
         if (c->spec.m[j]->ops.on_select)
             c->spec.m[j]->ops.on_select(c->mstate[j], s, s->mstate[j], n_units, ci, u);
@@ -292,7 +297,9 @@ kvc_status kvc_cache_attend_opts(kvc_cache *c, int layer, const float *q, float 
     }
     kvc_attend_opts o = {.G = c->G, .split = split, .on_attn = c->want_attn ? on_attn_cb : NULL,
                          .on_select = on_select_cb, .cb_ctx = c};
-    return kvc_attend(c->reqs, nkv, &o, c->pool, c->ws);
+    KVC_TRY(kvc_attend(c->reqs, nkv, &o, c->pool, c->ws));
+    for (int h = 0; h < nkv; h++) kvc_sel_usage_read(&c->usage[layer * nkv + h], c->reqs[h].s, c->reqs[h].n_read);
+    return KVC_OK;
 }
 
 kvc_status kvc_cache_attend(kvc_cache *c, int layer, const float *q, float *out) {
@@ -363,7 +370,7 @@ static uint64_t chunk_spare(const kvc_chunk *ch) {
 
 void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     memset(out, 0, sizeof *out);
-    uint64_t live = 0, seen = 0, hot = 0, spare = 0;
+    uint64_t live = 0, seen = 0, hot = 0, spare = 0, read = 0, ctx = 0, sel = 0, reused = 0;
     for (int i = 0; i < c->n_streams; i++) {
         const kvc_stream *s = c->streams[i];
         const kvc_xform *prev = NULL;
@@ -384,6 +391,8 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
             if (c->spec.m[j]->ops.buffer_bytes)
                 out->buffer_bytes += c->spec.m[j]->ops.buffer_bytes(c->mstate[j], s, s->mstate[j]);
         live += (uint64_t)kvc_stream_live_tokens(s);
+        read += c->usage[i].read, ctx += c->usage[i].context;
+        sel += c->usage[i].selected, reused += c->usage[i].reused;
         seen += (uint64_t)s->n_pos;
     }
     out->buffer_bytes += kvc_attend_ws_bytes(c->ws);
@@ -395,6 +404,8 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     uint64_t total = out->payload_bytes + out->meta_bytes + out->index_bytes + out->window_bytes;
     out->in_use_bytes = total;
     out->reserved_bytes = spare + out->buffer_bytes;
+    out->read_fraction = ctx ? (double)read / (double)ctx : 0.0;
+    out->reuse_rate = sel ? (double)reused / (double)sel : 0.0;
     if (out->context_tokens > 0) {
         out->bytes_per_token = (double)total / (double)out->context_tokens;
         out->bits_per_element = (double)total * 8.0 / ((double)out->context_tokens * nl * nkv * d * 2);

@@ -8,6 +8,7 @@
 #include "kv/cache.h"
 #include "kv/method/method.h"
 #include "kv/prefill.h"
+#include "kv/select/usage.h"
 
 struct kvc_cache {
     kvc_cache_shape shape;
@@ -28,6 +29,7 @@ struct kvc_cache {
     kvc_token_text_fn token_text;
     void *token_text_ctx;
     int64_t tokens_seen;          /* positions reported by kvc_cache_observe_tokens */
+    kvc_sel_usage *usage;         /* [n_streams] decode read / reuse statistics */
 };
 
 static inline kvc_stream *kvc_cache_stream(kvc_cache *c, int layer, int head) {

@@ -27,6 +27,11 @@ void kvc_ctx_free(kvc_ctx *c) {
     free(c);
 }
 
+/* The cache's view of the vocabulary: a token's bytes (sentkv's boundaries). */
+static int token_text(void *model, int32_t token, char *buf, int cap) {
+    return kvc_token_piece(model, token, 0, buf, cap);
+}
+
 kvc_status kvc_ctx_create(kvc_model *m, const kvc_ctx_params *p, kvc_ctx **out) {
     KVC_CHECK(m != NULL && out != NULL, KVC_ERR_ARG, "kvc_ctx_create: NULL argument");
     *out = NULL;
@@ -47,6 +52,7 @@ kvc_status kvc_ctx_create(kvc_model *m, const kvc_ctx_params *p, kvc_ctx **out) 
                              m->cfg.head_dim, c->n_ctx};
     kvc_status st = kvc_pool_create(p->n_threads, &c->pool);
     if (st == KVC_OK) st = kvc_cache_create(&shape, spec, c->pool, &c->cache);
+    if (st == KVC_OK) kvc_cache_set_token_text(c->cache, token_text, m);
     if (st == KVC_OK)
         st = kvc_run_create(m, c->n_batch, kvc_pool_threads(c->pool), &c->run);
     if (st != KVC_OK) {

@@ -246,6 +246,7 @@ kvc_status kvc_forward_batch(const kvc_model *m, kvc_run *r, kvc_cache *cache, k
     KVC_CHECK(n >= 1 && n <= r->max_batch, KVC_ERR_ARG, "batch of %d tokens outside [1, %d]", n,
               r->max_batch);
 
+    kvc_cache_observe_tokens(cache, tokens, n); /* methods that read the text (sentkv) */
     for (int i = 0; i < n; i++) {
         KVC_TRY(embed(m, tokens[i], r->x + (size_t)i * dim));
         rope_angles(c, r->inv_freq, pos + i, r->rope_cs + (size_t)i * c->rope_dim);

@@ -1,8 +1,11 @@
-/* The min/max bound (select/minmax.h) on real keys: the default model reads
- * the start of data/alice.txt, its post-RoPE keys of every layer are taken
- * from the K/V observer, and for pages of 16 tokens the bound of every page
- * must be at least q·k for each of its keys, for random queries and for
- * queries made of other real keys (peaked like the model's own). Skips
+/* The min/max bound (select/minmax.h) on real keys and sentences of real
+ * text: the default model reads the start of data/alice.txt, its post-RoPE
+ * keys of every layer are taken from the K/V observer, and for pages of 16
+ * tokens (quest) and for the sentences the splitter draws from the model's
+ * own vocabulary (sentkv) the bound of every unit must be at least q·k for
+ * each of its keys, for random queries and for queries made of other real
+ * keys (peaked like the model's own). The split of the real text covers every
+ * token once, keeps L ± Δ, and most sentences end at a boundary token. Skips
  * without the model. */
 #include <math.h>
 #include <setjmp.h>
@@ -17,6 +20,8 @@
 #include <cmocka.h>
 
 #include "kv/codec/codec.h"
+#include "kv/method/sentence_split.h"
+#include "kv/method/sentence_vocab.h"
 #include "kv/select/minmax.h"
 #include "kvcomp.h"
 
@@ -86,24 +91,53 @@ static void test_real_key_bounds(void **state) {
     assert_int_equal(kvc_ctx_create(m, &p, &c), KVC_OK);
     kvc_ctx_set_kv_observer(c, observe, &K);
     assert_int_equal(kvc_ctx_prefill(c, tok, NTOK, NULL), KVC_OK);
+    /* sentences of the real text, from the model's vocabulary */
+    float w[NTOK];
+    char piece[256];
+    for (int t = 0; t < NTOK; t++) {
+        int pn = kvc_token_piece(m, tok[t], 0, piece, (int)sizeof piece);
+        w[t] = kvc_sentence_weight(piece, pn > 0 && pn <= (int)sizeof piece ? pn : 0);
+    }
+    kvc_splitter sp;
+    assert_int_equal(kvc_split_init(&sp, 14, 8, 64, KVC_SPLIT_WEIGHTED), KVC_OK);
+    assert_int_equal(kvc_split_push(&sp, w, NTOK), KVC_OK);
+    assert_int_equal(kvc_split_finish(&sp), KVC_OK);
+    int64_t prev = 0, at_boundary = 0;
+    for (int64_t i = 0; i < sp.n_ends; i++) {
+        int64_t len = sp.ends[i] - prev;
+        assert_true(len >= 1);
+        if (prev + 14 + 8 <= NTOK) assert_true(len >= 6 && len <= 22);
+        at_boundary += w[sp.ends[i] - 1] > 0.0f;
+        prev = sp.ends[i];
+    }
+    assert_int_equal(prev, NTOK);
+    printf("real text: %lld sentences of %d tokens, %lld end at a boundary token\n", (long long)sp.n_ends, NTOK,
+           (long long)at_boundary);
+    assert_true(at_boundary * 2 > sp.n_ends);
     int G = info.n_heads / info.n_kv_heads, d = info.head_dim;
     float *q = malloc(sizeof(float) * G * d);
     for (int l = 0; l < info.n_layers; l++)
         for (int h = 0; h < K.n_kv; h++) {
             const float *kh = K.k + (size_t)l * NTOK * row + (size_t)h * d;
-            kvc_minmax *x;
+            kvc_minmax *x, *y;
             assert_int_equal(kvc_minmax_create(d, &x), KVC_OK);
+            assert_int_equal(kvc_minmax_create(d, &y), KVC_OK);
             for (int t = 0; t < NTOK; t += PAGE)
                 assert_int_equal(kvc_minmax_add(x, kh + t * row, PAGE < NTOK - t ? PAGE : NTOK - t, (int)row), KVC_OK);
+            for (int64_t i = 0, b = 0; i < sp.n_ends; b = sp.ends[i++])
+                assert_int_equal(kvc_minmax_add(y, kh + b * row, (int)(sp.ends[i] - b), (int)row), KVC_OK);
             for (int trial = 0; trial < 4; trial++) {
                 for (int g = 0; g < G; g++)
                     for (int i = 0; i < d; i++)
                         q[g * d + i] = trial < 2 ? frand() : kh[((trial * 131 + g * 17) % NTOK) * row + i];
                 check_unit_bounds(x, kh, row, d, q, G);
+                check_unit_bounds(y, kh, row, d, q, G);
             }
             kvc_selector_minmax.free(x);
+            kvc_selector_minmax.free(y);
         }
     free(q);
+    kvc_split_free(&sp);
     kvc_ctx_free(c);
     kvc_model_free(m);
     free(K.k);

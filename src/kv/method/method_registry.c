@@ -18,6 +18,8 @@ extern const kvc_method kvc_method_kivi;
 extern const kvc_method kvc_method_kvmix;
 extern const kvc_method kvc_method_quest;
 extern const kvc_method kvc_method_packkv;
+extern const kvc_method kvc_method_streaming;
+extern const kvc_method kvc_method_sentkv;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
@@ -28,6 +30,8 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_kvmix,
     &kvc_method_quest,
     &kvc_method_packkv,
+    &kvc_method_streaming,
+    &kvc_method_sentkv,
     NULL,
 };
 

@@ -1,0 +1,226 @@
+/* Method `sentkv` (SentKVCompress: Sentence-Level Dynamic KVCache Compression
+ * for Efficient Long-Context LLM Inference, ICLR 2026 submission): the cache
+ * is kept whole, in sentences, and each decode step attends the sentences
+ * whose keys may score high for the current query, whole, until the usage
+ * rate U (the fraction of the context's K/V attended) is met; the attention
+ * sinks and the recent window are always attended.
+ *
+ *  - Sentences: the token ids the forward pass reports (on_tokens) get
+ *    boundary weights from the model's vocabulary (sentence_vocab.h) and go
+ *    through the online splitter (sentence_split.h, Algorithm 2 with L and Δ);
+ *    decode tokens close sentences as they arrive. Without token ids (the
+ *    synthetic `bench attn`) sentences are L tokens long (the splitter's own
+ *    fall-back on text without boundaries).
+ *  - Profiles (§4.1.2): per sentence and KV head the channel-wise key max and
+ *    min, in f16 rounded outward (select/minmax.h, shared with quest).
+ *  - Storage: the recent window and the open sentence stay in the dense hot
+ *    window; whole sentences leave it once they end before the window, into
+ *    dense f16 chunks with one profile per sentence (unit_chunks.h). The
+ *    sentences that hold the first `sinks` tokens go to a chunk without
+ *    profiles, which is always attended.
+ *  - Selection (§4.2.1): the driver scores every sentence by its bound (the
+ *    largest over the G query heads of the group) and takes whole sentences
+ *    in score order while they fit the budget U · context − (sinks + hot
+ *    window); the driver's unit statistics report how much of each step's
+ *    selection the previous step had selected (the reuse rate of §4.2.2). */
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "kv/method/budget.h"
+#include "kv/method/method.h"
+#include "kv/method/sentence_split.h"
+#include "kv/method/sentence_vocab.h"
+#include "kv/method/unit_chunks.h"
+
+typedef struct sentkv_cfg {
+    float usage;  /* U: fraction of the context (<= 1) or tokens (> 1) attended per step */
+    int L, delta; /* target sentence length and window */
+    int split;    /* kvc_split_mode */
+    int cap;      /* longest sentence in split=punct */
+    int sinks;    /* first tokens always attended */
+    int recent;   /* newest tokens always attended (kept in the hot window) */
+    int block;    /* tokens per chunk */
+} sentkv_cfg;
+
+static const kvc_param sentkv_params[] = {
+    {.key = "usage", .type = KVC_PARAM_FLOAT, .offset = offsetof(sentkv_cfg, usage), .def = "0.1",
+     .min = 0, .max = 1e9, .help = "U: tokens attended per step, a fraction of the context (<= 1) or a count (> 1)"},
+    {.key = "L", .type = KVC_PARAM_INT, .offset = offsetof(sentkv_cfg, L), .def = "14",
+     .min = 1, .max = 4096, .help = "target sentence length in tokens"},
+    {.key = "delta", .type = KVC_PARAM_INT, .offset = offsetof(sentkv_cfg, delta), .def = "8",
+     .min = 1, .max = 4096, .help = "search window around the target end (+-delta tokens)"},
+    {.key = "split", .type = KVC_PARAM_ENUM, .offset = offsetof(sentkv_cfg, split), .def = "weighted",
+     .choices = "weighted|flat|length|punct",
+     .help = "Algorithm 2 | no punctuation weights | no punctuation | no length control"},
+    {.key = "cap", .type = KVC_PARAM_INT, .offset = offsetof(sentkv_cfg, cap), .def = "64",
+     .min = 1, .max = 65536, .help = "split=punct: longest sentence without a boundary"},
+    {.key = "sinks", .type = KVC_PARAM_INT, .offset = offsetof(sentkv_cfg, sinks), .def = "4",
+     .min = 0, .max = 1 << 20, .help = "the first tokens (attention sinks) are always attended"},
+    {.key = "recent", .type = KVC_PARAM_INT, .offset = offsetof(sentkv_cfg, recent), .def = "32",
+     .min = 0, .max = 1 << 20, .help = "the newest tokens are always attended"},
+    {.key = "block", .type = KVC_PARAM_INT, .offset = offsetof(sentkv_cfg, block), .def = "4096",
+     .min = 16, .max = 1 << 20, .help = "tokens per chunk (sentences are appended whole)"},
+};
+
+typedef struct sentkv_state {
+    sentkv_cfg cfg;
+    kvc_splitter sp;
+    kvc_vocab_weights vw;
+    float *wbuf;
+    int wcap;
+    kvc_status err; /* a failure in on_tokens, reported by the next build_chunk */
+} sentkv_state;
+
+static kvc_status sentkv_create(const kvc_method_env *env, void **state) {
+    sentkv_state *st = calloc(1, sizeof *st);
+    if (!st) return kvc_fail(KVC_ERR_NOMEM, "sentkv state");
+    st->cfg = *(const sentkv_cfg *)env->cfg;
+    kvc_status r = kvc_split_init(&st->sp, st->cfg.L, st->cfg.delta, st->cfg.cap, (kvc_split_mode)st->cfg.split);
+    if (r != KVC_OK) {
+        free(st);
+        return r;
+    }
+    *state = st;
+    return KVC_OK;
+}
+
+static void sentkv_destroy(void *state) {
+    sentkv_state *st = state;
+    kvc_split_free(&st->sp);
+    kvc_vocab_weights_free(&st->vw);
+    free(st->wbuf);
+    free(st);
+}
+
+/* Tokens of positions pos0..: a new sequence at 0; a gap (tokens the cache
+ * was not told) counts as text without boundaries; repeated positions are skipped. */
+static void sentkv_on_tokens(void *state, const int32_t *tokens, int n, int64_t pos0,
+                             kvc_token_text_fn text, void *text_ctx) {
+    sentkv_state *st = state;
+    if (pos0 == 0) {
+        kvc_split_reset(&st->sp);
+        st->err = KVC_OK;
+    }
+    if (st->err != KVC_OK) return;
+    int64_t gap = pos0 - st->sp.total;
+    int skip = gap < 0 ? (int)(-gap < n ? -gap : n) : 0;
+    int64_t need = (gap > 0 ? gap : 0) + n - skip;
+    if (need > st->wcap) {
+        float *w = realloc(st->wbuf, (size_t)need * sizeof *w);
+        if (!w) {
+            st->err = kvc_fail(KVC_ERR_NOMEM, "sentkv token weights (%lld)", (long long)need);
+            return;
+        }
+        st->wbuf = w;
+        st->wcap = (int)need;
+    }
+    int64_t k = 0;
+    for (; k < gap; k++) st->wbuf[k] = 0.0f;
+    for (int i = skip; i < n; i++) st->wbuf[k++] = kvc_vocab_weight(&st->vw, tokens[i], text, text_ctx);
+    st->err = kvc_split_push(&st->sp, st->wbuf, (int)k);
+}
+
+/* The largest sentence end e with lo < e <= hi, or lo if there is none.
+ * Positions the splitter has not been told (no token ids) end sentences
+ * every L tokens from its open sentence. */
+static int64_t last_end(const sentkv_state *st, int64_t lo, int64_t hi) {
+    const kvc_splitter *sp = &st->sp;
+    if (sp->total < hi) {
+        int64_t base = sp->current, e = base + (hi - base) / st->cfg.L * st->cfg.L;
+        if (e > lo) return e;
+    }
+    int64_t a = 0, b = sp->n_ends; /* first end > hi */
+    while (a < b) {
+        int64_t m = a + (b - a) / 2;
+        if (sp->ends[m] <= hi) a = m + 1;
+        else b = m;
+    }
+    return a > 0 && sp->ends[a - 1] > lo ? sp->ends[a - 1] : lo;
+}
+
+/* The end of the sentence that starts at pos (< limit). */
+static int64_t next_end(const sentkv_state *st, int64_t pos, int64_t limit) {
+    const kvc_splitter *sp = &st->sp;
+    int64_t a = 0, b = sp->n_ends; /* first end > pos */
+    while (a < b) {
+        int64_t m = a + (b - a) / 2;
+        if (sp->ends[m] <= pos) a = m + 1;
+        else b = m;
+    }
+    int64_t e = a < sp->n_ends ? sp->ends[a] : pos + st->cfg.L; /* past the splitter: every L */
+    return e < limit ? e : limit;
+}
+
+static int sentkv_hot_leave(void *state, kvc_stream *s, void *sstate) {
+    (void)sstate;
+    const sentkv_state *st = state;
+    int64_t h0 = s->n_pos - s->hot->n, hi = s->n_pos - st->cfg.recent;
+    if (hi <= h0) return 0;
+    return (int)(last_end(st, h0, hi) - h0);
+}
+
+static kvc_status sentkv_build_chunk(void *state, kvc_stream *s, void *sstate, const float *k,
+                                     const float *v, int n, int64_t pos0, kvc_chunk **out) {
+    (void)sstate;
+    sentkv_state *st = state;
+    *out = NULL;
+    KVC_TRY(st->err);
+    int *len = malloc((size_t)(n ? n : 1) * sizeof *len);
+    if (!len) return kvc_fail(KVC_ERR_NOMEM, "sentkv sentences (%d tokens)", n);
+    int nu = 0, n_sink = 0, sink_tokens = 0;
+    for (int64_t p = pos0; p < pos0 + n;) {
+        int64_t e = next_end(st, p, pos0 + n);
+        len[nu++] = (int)(e - p);
+        if (p < st->cfg.sinks) n_sink++, sink_tokens += (int)(e - p);
+        p = e;
+    }
+    kvc_status r = KVC_OK;
+    if (n_sink) r = kvc_unit_chunks_append(s, st->cfg.block, 0, KVC_CHUNK_ALWAYS, k, v, pos0, len, n_sink);
+    size_t off = (size_t)sink_tokens * s->dim;
+    if (r == KVC_OK && nu > n_sink)
+        r = kvc_unit_chunks_append(s, st->cfg.block, 1, 0, k + off, v + off, pos0 + sink_tokens, len + n_sink,
+                                   nu - n_sink);
+    free(len);
+    return r;
+}
+
+static kvc_select_plan sentkv_select(void *state, kvc_stream *s, void *sstate) {
+    (void)sstate;
+    const sentkv_state *st = state;
+    int64_t always = s->hot->n;
+    for (int ci = 0; ci < s->n_chunks; ci++)
+        if (!s->chunks[ci]->sel.ops || (s->chunks[ci]->flags & KVC_CHUNK_ALWAYS)) always += s->chunks[ci]->n;
+    int64_t b = kvc_budget_tokens(st->cfg.usage, s->n_pos) - always;
+    return (kvc_select_plan){.budget = b > 0 ? b : 0, .reuse = 0};
+}
+
+/* The splitter and the vocabulary table are per cache: counted with stream (0, 0). */
+static uint64_t sentkv_buffer_bytes(const void *state, const kvc_stream *s, const void *sstate) {
+    (void)sstate;
+    const sentkv_state *st = state;
+    if (s->layer != 0 || s->head != 0) return 0;
+    return sizeof *st + (uint64_t)st->sp.cap_w * sizeof(float) + (uint64_t)st->sp.cap_ends * sizeof(int64_t) +
+           (uint64_t)st->vw.cap * sizeof(float) + (uint64_t)st->wcap * sizeof(float);
+}
+
+const kvc_method kvc_method_sentkv = {
+    .name = "sentkv",
+    .summary = "sentence-level selection: sentences split at punctuation and length, key min/max profiles, "
+               "whole sentences attended up to a usage rate",
+    .paper = "SentKVCompress (ICLR 2026 submission)",
+    .flags = KVC_METHOD_BASE,
+    .params = sentkv_params,
+    .n_params = (int)(sizeof sentkv_params / sizeof sentkv_params[0]),
+    .positional = 0,
+    .cfg_size = sizeof(sentkv_cfg),
+    .ops = {
+        .create = sentkv_create,
+        .destroy = sentkv_destroy,
+        .hot_leave = sentkv_hot_leave,
+        .build_chunk = sentkv_build_chunk,
+        .select = sentkv_select,
+        .buffer_bytes = sentkv_buffer_bytes,
+        .on_tokens = sentkv_on_tokens,
+    },
+};
