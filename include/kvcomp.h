@@ -192,6 +192,11 @@ typedef struct kvc_cache_stats {
      * of the same layer and head had selected too (0 without selection). */
     double read_fraction;
     double reuse_rate;
+    /* Far tier (sentkv:far=PATH): bytes in the file (not counted above, which
+     * is what RAM holds), bytes read back and seconds spent reading them since
+     * the cache was created. */
+    uint64_t far_bytes, far_read_bytes;
+    double far_read_s;
 } kvc_cache_stats;
 
 /* ---- inference context ---------------------------------------------------- */

@@ -24,6 +24,8 @@ typedef struct kvc_bench_decode_row {
     double decode_s, decode_tok_s;
     double weights_s, attention_s, cache_s, other_s; /* decode steps only */
     kvc_cache_stats stats;
+    uint64_t far_read_bytes;  /* decode steps only: bytes read from the far tier */
+    double far_read_s;        /* decode steps only: seconds reading them (summed over threads) */
     int64_t peak_rss; /* bytes, the process's peak during this method's run (base/rss.h) */
 } kvc_bench_decode_row;
 

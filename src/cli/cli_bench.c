@@ -380,6 +380,8 @@ static int bench_decode(int argc, char **argv) {
                 kvc_json_kv_num(&j, "cache_s", r->cache_s);
                 kvc_json_kv_num(&j, "other_s", r->other_s);
                 kvc_json_kv_int(&j, "peak_rss_bytes", r->peak_rss);
+                kvc_json_kv_uint(&j, "far_read_bytes", r->far_read_bytes);
+                kvc_json_kv_num(&j, "far_read_s", r->far_read_s);
                 kvc_report_stats_json(&j, "cache", &r->stats);
                 kvc_json_obj_end(&j);
             }
@@ -390,8 +392,9 @@ static int bench_decode(int argc, char **argv) {
             printf("bench decode: %s | ctx %d, %d decode steps | %d threads, %s\n",
                    *info.name ? info.name : model, n_ctx, n_gen, n_threads,
                    kvc_isa_name(kvc_active_isa()));
-            printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s %10s\n", "method", "prefill t/s",
-                   "decode t/s", "ms/token", "weights%", "attn%", "cache%", "other%", "RSS MiB");
+            printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s %10s %10s %11s %11s\n", "method", "prefill t/s",
+                   "decode t/s", "ms/token", "weights%", "attn%", "cache%", "other%", "RSS MiB", "cache MiB",
+                   "far KB/tok", "far ms/tok");
             for (int k = 0; k < n_specs; k++) {
                 const kvc_bench_decode_row *r = &rows[k];
                 if (r->status != KVC_OK) {
@@ -399,10 +402,11 @@ static int bench_decode(int argc, char **argv) {
                     continue;
                 }
                 double d = r->decode_s;
-                printf("%-22s %10.1f %10.2f %10.2f %10.1f %10.1f %10.1f %10.1f %10.0f\n", r->spec,
-                       r->prefill_tok_s, r->decode_tok_s, 1e3 * d / n_gen,
+                printf("%-22s %10.1f %10.2f %10.2f %10.1f %10.1f %10.1f %10.1f %10.0f %10.1f %11.1f %11.3f\n",
+                       r->spec, r->prefill_tok_s, r->decode_tok_s, 1e3 * d / n_gen,
                        100 * r->weights_s / d, 100 * r->attention_s / d, 100 * r->cache_s / d,
-                       100 * r->other_s / d, r->peak_rss / 1048576.0);
+                       100 * r->other_s / d, r->peak_rss / 1048576.0, r->stats.in_use_bytes / 1048576.0,
+                       r->far_read_bytes / 1024.0 / n_gen, 1e3 * r->far_read_s / n_gen);
             }
         }
         for (int k = 0; k < n_specs; k++) rc |= rows[k].status != KVC_OK;

@@ -30,6 +30,8 @@ static kvc_status run_one(kvc_model *m, const int32_t *seq, const kvc_bench_deco
     r->prefill_s = kvc_now_s() - t0;
     kvc_ctx_timing a, b;
     kvc_ctx_timing_get(ctx, &a);
+    kvc_cache_stats before;
+    kvc_ctx_cache_stats(ctx, &before);
     t0 = kvc_now_s();
     for (int i = 0; st == KVC_OK && i < p->n_gen; i++) {
         st = kvc_ctx_decode(ctx, seq[p->n_ctx + i], logits);
@@ -45,6 +47,8 @@ static kvc_status run_one(kvc_model *m, const int32_t *seq, const kvc_bench_deco
         r->cache_s = b.cache_s - a.cache_s;
         r->other_s = r->decode_s - r->weights_s - r->attention_s - r->cache_s;
         kvc_ctx_cache_stats(ctx, &r->stats);
+        r->far_read_bytes = r->stats.far_read_bytes - before.far_read_bytes;
+        r->far_read_s = r->stats.far_read_s - before.far_read_s;
     }
     kvc_ctx_free(ctx);
     return st;

@@ -29,6 +29,9 @@ void kvc_report_stats_json(kvc_json *j, const char *key, const kvc_cache_stats *
     kvc_json_kv_num(j, "ratio_vs_f16", s->ratio_vs_f16);
     kvc_json_kv_num(j, "read_fraction", s->read_fraction);
     kvc_json_kv_num(j, "reuse_rate", s->reuse_rate);
+    kvc_json_kv_uint(j, "far_bytes", s->far_bytes);
+    kvc_json_kv_uint(j, "far_read_bytes", s->far_read_bytes);
+    kvc_json_kv_num(j, "far_read_s", s->far_read_s);
     kvc_json_obj_end(j);
 }
 

@@ -278,6 +278,12 @@ static void on_select_cb(void *ctx, int req, int n_units, const int32_t *ci, con
             c->spec.m[j]->ops.on_select(c->mstate[j], s, s->mstate[j], n_units, ci, u);
 }
 
+static kvc_status after_attend(kvc_cache *c) {
+    for (int j = 0; j < c->spec.n; j++)
+        if (c->spec.m[j]->ops.after_attend) KVC_TRY(c->spec.m[j]->ops.after_attend(c->mstate[j]));
+    return KVC_OK;
+}
+
 kvc_status kvc_cache_attend_opts(kvc_cache *c, int layer, const float *q, float *out, int split) {
     KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
               layer, c->shape.n_layers);
@@ -298,6 +304,7 @@ kvc_status kvc_cache_attend_opts(kvc_cache *c, int layer, const float *q, float 
     kvc_attend_opts o = {.G = c->G, .split = split, .on_attn = c->want_attn ? on_attn_cb : NULL,
                          .on_select = on_select_cb, .cb_ctx = c};
     KVC_TRY(kvc_attend(c->reqs, nkv, &o, c->pool, c->ws));
+    KVC_TRY(after_attend(c));
     for (int h = 0; h < nkv; h++) kvc_sel_usage_read(&c->usage[layer * nkv + h], c->reqs[h].s, c->reqs[h].n_read);
     return KVC_OK;
 }
@@ -358,6 +365,7 @@ kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, con
     for (int i = 0; i < n_tasks && st == KVC_OK; i++) st = p.st[i];
     free(p.st);
     KVC_TRY(st);
+    KVC_TRY(after_attend(c));
     return kvc_cache_append_n(c, layer, n, k, v, q);
 }
 
@@ -395,6 +403,9 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
         sel += c->usage[i].selected, reused += c->usage[i].reused;
         seen += (uint64_t)s->n_pos;
     }
+    for (int j = 0; j < c->spec.n; j++)
+        if (c->spec.m[j]->ops.far_stats)
+            c->spec.m[j]->ops.far_stats(c->mstate[j], &out->far_bytes, &out->far_read_bytes, &out->far_read_s);
     out->buffer_bytes += kvc_attend_ws_bytes(c->ws);
     for (int i = 0; i < c->n_pws; i++) out->buffer_bytes += kvc_prefill_ws_bytes(c->pws[i]);
     int nl = c->shape.n_layers, nkv = c->shape.n_kv_heads, d = c->shape.head_dim;

@@ -12,7 +12,9 @@
  *    of slack is not needed: whole sentences never overshoot) and the
  *    read / reuse statistics are reported;
  *  - streaming: only the sinks and the recent window stay live, evicted
- *    chunks are freed, attention equals the reference over what stays.
+ *    chunks are freed, attention equals the reference over what stays;
+ *  - the far tier: sealed sentences in a file, attention as with them in RAM,
+ *    and a file truncated or altered under the running cache is reported.
  *
  * Tolerance of the attention comparisons: |Δ| <= 3e-5 * (1 + |ref|). */
 #include <math.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -344,6 +347,60 @@ static void test_streaming(void **state) {
     free(k), free(v);
 }
 
+/* The far tier: sealed sentences in a file. With U = 1 attention equals the
+ * reference; RAM holds no sealed payload; a truncated or altered file is
+ * reported as the attention's error (KVC_ERR_FORMAT), never read. */
+static void test_far_tier(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    char path[] = "/tmp/kvc_test_far_XXXXXX", spec[128];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    snprintf(spec, sizeof spec, "sentkv:usage=1,far=%s", path);
+    kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
+    kvc_cache *c;
+    assert_int_equal(kvc_cache_create(&shape, spec, NULL, &c), KVC_OK);
+    size_t row = (size_t)NKV * HD;
+    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row), q[NH * HD], out[NH * HD];
+    float ref[GQ * HD];
+    kvc_synth_kv(NKV, HD, 0, NTOK, 8, k, v);
+    assert_int_equal(kvc_cache_load(c, 0, 900, k, v), KVC_OK);
+    for (int t = 900; t < 960; t++) {
+        assert_int_equal(kvc_cache_append(c, 0, k + t * row, v + t * row), KVC_OK);
+        make_q(q, k, (int)(urand() % (uint32_t)t));
+        assert_int_equal(kvc_cache_attend(c, 0, q, out), KVC_OK);
+        for (int h = 0; h < NKV; h++) {
+            kvc_stream *s = kvc_cache_stream(c, 0, h);
+            assert_int_equal(kvc_attend_reference(s, q + h * GQ * HD, GQ, ref), KVC_OK);
+            expect_close(out + h * GQ * HD, ref, GQ * HD, 3e-5, "far tier");
+        }
+    }
+    kvc_cache_stats st;
+    kvc_cache_stats_get(c, &st);
+    assert_true(st.far_bytes > (uint64_t)850 * row * 2 * 2); /* sealed K and V in the file */
+    assert_true(st.far_read_bytes > 0);
+    assert_true(st.payload_bytes < (uint64_t)64 * row * 2 * 2); /* RAM: the sinks' chunk only */
+    /* altered: one byte of the middle of the file */
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, (long)(st.far_bytes / 2), SEEK_SET), 0);
+    int b = fgetc(f);
+    assert_int_equal(fseek(f, (long)(st.far_bytes / 2), SEEK_SET), 0);
+    fputc(b ^ 0x10, f);
+    fclose(f);
+    assert_int_equal(kvc_cache_attend(c, 0, q, out), KVC_ERR_FORMAT);
+    assert_non_null(strstr(kvc_last_error(), "checksum"));
+    /* truncated */
+    assert_int_equal(truncate(path, (off_t)(st.far_bytes / 3)), 0);
+    assert_int_equal(kvc_cache_attend(c, 0, q, out), KVC_ERR_FORMAT);
+    assert_non_null(strstr(kvc_last_error(), "truncated"));
+    kvc_cache_free(c);
+    unlink(path);
+    assert_int_equal(kvc_cache_create(&shape, "sentkv:far=/nonexistent-dir/x", NULL, &c), KVC_ERR_IO);
+    free(k), free(v);
+}
+
 static void test_bad_specs(void **state) {
     (void)state;
     assert_int_equal(kvc_method_validate("sentkv:usage=-0.1"), KVC_ERR_ARG);
@@ -362,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_sentkv_all_is_full),
         cmocka_unit_test(test_sentkv_usage),
         cmocka_unit_test(test_streaming),
+        cmocka_unit_test(test_far_tier),
         cmocka_unit_test(test_bad_specs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

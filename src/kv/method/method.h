@@ -132,6 +132,14 @@ typedef struct kvc_method_ops {
     void (*on_select)(void *state, kvc_stream *s, void *sstate, int n_units,
                       const int32_t *chunk_idx, const kvc_range *units);
 
+    /* After each decode attention and prefill of a layer: a failure the
+     * method's codecs met while reading (a far-tier block that fails its
+     * checksum), reported as the call's error. */
+    kvc_status (*after_attend)(void *state);
+
+    /* Far tier (per cache): bytes on disk, bytes read back, seconds reading. */
+    void (*far_stats)(void *state, uint64_t *stored, uint64_t *read, double *read_s);
+
     /* Bytes of method-owned buffers (update buffers, CPU-side copies) for the stats. */
     uint64_t (*buffer_bytes)(const void *state, const kvc_stream *s, const void *sstate);
 

@@ -22,11 +22,17 @@
  *    largest over the G query heads of the group) and takes whole sentences
  *    in score order while they fit the budget U · context − (sinks + hot
  *    window); the driver's unit statistics report how much of each step's
- *    selection the previous step had selected (the reuse rate of §4.2.2). */
+ *    selection the previous step had selected (the reuse rate of §4.2.2).
+ *  - Far tier (`far=PATH`, the CPU analogue of the paper's GPU-CPU offload):
+ *    sealed sentences go to a file (codec/far.h) instead of RAM, read back
+ *    with pread and verified block by block when selected; RAM keeps the
+ *    profiles, the sinks and the hot window. A truncated or altered file is
+ *    reported as the attention's error (after_attend). */
 #include <stddef.h>
 #include <stdlib.h>
 
 #include "base/status.h"
+#include "kv/codec/far.h"
 #include "kv/method/budget.h"
 #include "kv/method/method.h"
 #include "kv/method/sentence_split.h"
@@ -41,6 +47,7 @@ typedef struct sentkv_cfg {
     int sinks;    /* first tokens always attended */
     int recent;   /* newest tokens always attended (kept in the hot window) */
     int block;    /* tokens per chunk */
+    char far[KVC_PARAM_STR_MAX]; /* "" or the far tier's file */
 } sentkv_cfg;
 
 static const kvc_param sentkv_params[] = {
@@ -61,6 +68,8 @@ static const kvc_param sentkv_params[] = {
      .min = 0, .max = 1 << 20, .help = "the newest tokens are always attended"},
     {.key = "block", .type = KVC_PARAM_INT, .offset = offsetof(sentkv_cfg, block), .def = "4096",
      .min = 16, .max = 1 << 20, .help = "tokens per chunk (sentences are appended whole)"},
+    {.key = "far", .type = KVC_PARAM_STRING, .offset = offsetof(sentkv_cfg, far), .def = "",
+     .help = "far tier: keep sealed sentences in this file (created), read back with pread"},
 };
 
 typedef struct sentkv_state {
@@ -70,6 +79,7 @@ typedef struct sentkv_state {
     float *wbuf;
     int wcap;
     kvc_status err; /* a failure in on_tokens, reported by the next build_chunk */
+    kvc_far *far;   /* NULL: sentences stay in RAM */
 } sentkv_state;
 
 static kvc_status sentkv_create(const kvc_method_env *env, void **state) {
@@ -77,7 +87,9 @@ static kvc_status sentkv_create(const kvc_method_env *env, void **state) {
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "sentkv state");
     st->cfg = *(const sentkv_cfg *)env->cfg;
     kvc_status r = kvc_split_init(&st->sp, st->cfg.L, st->cfg.delta, st->cfg.cap, (kvc_split_mode)st->cfg.split);
+    if (r == KVC_OK && st->cfg.far[0]) r = kvc_far_open(st->cfg.far, &st->far);
     if (r != KVC_OK) {
+        kvc_split_free(&st->sp);
         free(st);
         return r;
     }
@@ -89,6 +101,7 @@ static void sentkv_destroy(void *state) {
     sentkv_state *st = state;
     kvc_split_free(&st->sp);
     kvc_vocab_weights_free(&st->vw);
+    kvc_far_close(st->far);
     free(st->wbuf);
     free(st);
 }
@@ -178,9 +191,14 @@ static kvc_status sentkv_build_chunk(void *state, kvc_stream *s, void *sstate, c
     kvc_status r = KVC_OK;
     if (n_sink) r = kvc_unit_chunks_append(s, st->cfg.block, 0, KVC_CHUNK_ALWAYS, k, v, pos0, len, n_sink);
     size_t off = (size_t)sink_tokens * s->dim;
-    if (r == KVC_OK && nu > n_sink)
+    if (r == KVC_OK && nu > n_sink && st->far) {
+        kvc_codec fc = {.ops = &kvc_codec_far_f16, .dim = s->dim, .cfg = st->far};
+        r = kvc_unit_chunks_encode(s, &fc, KVC_CHUNK_FAR, k + off, v + off, pos0 + sink_tokens, len + n_sink,
+                                   nu - n_sink);
+    } else if (r == KVC_OK && nu > n_sink) {
         r = kvc_unit_chunks_append(s, st->cfg.block, 1, 0, k + off, v + off, pos0 + sink_tokens, len + n_sink,
                                    nu - n_sink);
+    }
     free(len);
     return r;
 }
@@ -193,6 +211,19 @@ static kvc_select_plan sentkv_select(void *state, kvc_stream *s, void *sstate) {
         if (!s->chunks[ci]->sel.ops || (s->chunks[ci]->flags & KVC_CHUNK_ALWAYS)) always += s->chunks[ci]->n;
     int64_t b = kvc_budget_tokens(st->cfg.usage, s->n_pos) - always;
     return (kvc_select_plan){.budget = b > 0 ? b : 0, .reuse = 0};
+}
+
+static kvc_status sentkv_after_attend(void *state) {
+    sentkv_state *st = state;
+    return st->far ? kvc_far_take_error(st->far) : KVC_OK;
+}
+
+static void sentkv_far_stats(void *state, uint64_t *stored, uint64_t *read, double *read_s) {
+    sentkv_state *st = state;
+    if (!st->far) return;
+    kvc_far_stats fs;
+    kvc_far_stats_get(st->far, &fs);
+    *stored += fs.stored, *read += fs.read, *read_s += fs.read_s;
 }
 
 /* The splitter and the vocabulary table are per cache: counted with stream (0, 0). */
@@ -221,6 +252,8 @@ const kvc_method kvc_method_sentkv = {
         .build_chunk = sentkv_build_chunk,
         .select = sentkv_select,
         .buffer_bytes = sentkv_buffer_bytes,
+        .after_attend = sentkv_after_attend,
+        .far_stats = sentkv_far_stats,
         .on_tokens = sentkv_on_tokens,
     },
 };

@@ -20,6 +20,43 @@ static kvc_chunk *open_chunk(kvc_stream *s, const kvc_codec *c, int block, int i
     return last->n + (int64_t)len <= block ? last : NULL;
 }
 
+/* A fresh min/max index over the units' keys. */
+static kvc_status index_units(int dim, const float *k, const int *len, int n_units, kvc_minmax **out) {
+    KVC_TRY(kvc_minmax_create(dim, out));
+    size_t off = 0;
+    for (int u = 0; u < n_units; u++) {
+        kvc_status st = len[u] >= 1 ? kvc_minmax_add(*out, k + off * dim, len[u], dim)
+                                    : kvc_fail(KVC_ERR_ARG, "unit chunks: unit %d of %d tokens", u, len[u]);
+        if (st != KVC_OK) {
+            kvc_selector_minmax.free(*out);
+            *out = NULL;
+            return st;
+        }
+        off += (size_t)len[u];
+    }
+    return KVC_OK;
+}
+
+kvc_status kvc_unit_chunks_encode(kvc_stream *s, const kvc_codec *c, uint32_t flags, const float *k,
+                                  const float *v, int64_t pos0, const int *len, int n_units) {
+    int64_t n = 0;
+    for (int u = 0; u < n_units; u++) n += len[u];
+    KVC_CHECK(n <= INT32_MAX, KVC_ERR_RANGE, "unit chunks: %lld tokens in one chunk", (long long)n);
+    kvc_minmax *x = NULL;
+    KVC_TRY(index_units(s->dim, k, len, n_units, &x));
+    kvc_chunk *ch = NULL;
+    kvc_status st = kvc_chunk_encode(c, c, k, v, (int)n, s->dim, pos0, NULL, NULL, &ch);
+    if (st != KVC_OK) {
+        kvc_selector_minmax.free(x);
+        return st;
+    }
+    ch->sel = (kvc_select_index){.ops = &kvc_selector_minmax, .index = x};
+    ch->flags = flags;
+    st = kvc_stream_insert(s, s->n_chunks, ch);
+    if (st != KVC_OK) kvc_chunk_free(ch);
+    return st;
+}
+
 static kvc_status new_chunk(kvc_stream *s, const kvc_codec *c, int indexed, uint32_t flags,
                             int64_t pos, kvc_chunk **out) {
     kvc_chunk *ch = NULL;

@@ -5,7 +5,9 @@
  * chunk carries a min/max bound index (select/minmax.h) with one entry per
  * unit, so the driver can score and pick units; without it the chunks are
  * plain dense storage (the dense first layers of quest). A unit is never
- * split across chunks; a unit longer than `block` gets a chunk of its own. */
+ * split across chunks; a unit longer than `block` gets a chunk of its own.
+ * Units can also be encoded once into a chunk of another codec (the far
+ * tier's), with the same index. */
 #ifndef KVC_KV_METHOD_UNIT_CHUNKS_H
 #define KVC_KV_METHOD_UNIT_CHUNKS_H
 
@@ -16,5 +18,11 @@
 kvc_status kvc_unit_chunks_append(kvc_stream *s, int block, int indexed, uint32_t flags,
                                   const float *k, const float *v, int64_t pos0, const int *len,
                                   int n_units);
+
+/* One new chunk of the units, encoded with codec c for K and V (a codec that
+ * is not appendable: the far tier), with a min/max index of the units;
+ * inserted at the end of the stream with `flags`. */
+kvc_status kvc_unit_chunks_encode(kvc_stream *s, const kvc_codec *c, uint32_t flags, const float *k,
+                                  const float *v, int64_t pos0, const int *len, int n_units);
 
 #endif

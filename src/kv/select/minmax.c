@@ -100,8 +100,8 @@ static kvc_range mm_unit(const void *index, int u) {
     return (kvc_range){u ? x->end[u - 1] : 0, x->end[u]};
 }
 
-static void mm_score(const void *index, const float *q, int G, int ldq, float *scores) {
-    const kvc_minmax *x = index;
+/* Scalar path (no memory for the split query): per unit, per head. */
+static void score_scalar(const kvc_minmax *x, const float *q, int G, int ldq, float *scores) {
     float w[2 * MINMAX_MAX_DIM];
     int d = x->dim;
     for (int u = 0; u < x->n; u++) {
@@ -114,6 +114,40 @@ static void mm_score(const void *index, const float *q, int G, int ldq, float *s
         }
         scores[u] = best;
     }
+}
+
+/* sum_i max(q_i max_i, q_i min_i) = q⁺·max + q⁻·min with q⁺ = max(q, 0) and
+ * q⁻ = min(q, 0): one dot product of the split query [q⁺ | q⁻] with the unit's
+ * row [max | min], i.e. the dense f16 qk kernel over the index rows, all heads
+ * at once. The per-unit score is the largest head's. */
+enum { SCORE_BLOCK = 256 };
+
+static void mm_score(const void *index, const float *q, int G, int ldq, float *scores) {
+    const kvc_minmax *x = index;
+    int d = x->dim, d2 = 2 * x->dim;
+    float *qs = malloc((size_t)G * d2 * sizeof *qs + (size_t)G * SCORE_BLOCK * sizeof(float));
+    if (!qs) {
+        score_scalar(x, q, G, ldq, scores);
+        return;
+    }
+    float *s = qs + (size_t)G * d2;
+    for (int g = 0; g < G; g++)
+        for (int i = 0; i < d; i++) {
+            float v = q[(size_t)g * ldq + i];
+            qs[(size_t)g * d2 + i] = v > 0.0f ? v : 0.0f;
+            qs[(size_t)g * d2 + d + i] = v < 0.0f ? v : 0.0f;
+        }
+    for (int u0 = 0; u0 < x->n; u0 += SCORE_BLOCK) {
+        int n = x->n - u0 < SCORE_BLOCK ? x->n - u0 : SCORE_BLOCK;
+        kvc_dense_k.qk[KVC_DENSE_F16](x->mm + (size_t)u0 * d2, n, d2, qs, G, d2, s, SCORE_BLOCK);
+        for (int j = 0; j < n; j++) {
+            float best = s[j];
+            for (int g = 1; g < G; g++)
+                if (s[(size_t)g * SCORE_BLOCK + j] > best) best = s[(size_t)g * SCORE_BLOCK + j];
+            scores[u0 + j] = best;
+        }
+    }
+    free(qs);
 }
 
 static uint64_t mm_bytes(const void *index) {

@@ -14,6 +14,9 @@
  * largest of the G per-head bounds: a unit is needed if any head of the group
  * may attend to it strongly, and each head's bound still bounds its scores.
  *
+ * Scoring is one dense f16 dot product per unit and head: with q⁺ = max(q, 0)
+ * and q⁻ = min(q, 0) the bound is [q⁺ | q⁻]·[max | min] (minmax.c).
+ *
  * Units are appended in token order (consecutive ranges from token 0 of the
  * chunk): chunks that grow by appending (quest pages, sentkv sentences) extend
  * their index the same way. */

@@ -1,0 +1,266 @@
+/* The far store and its codec (far.h): regions of f16 rows in a file, block
+ * checksums in RAM, verified reads into scratch, then the dense f16 kernels
+ * on the scratch rows. */
+#define _GNU_SOURCE /* pread, pwrite */
+#include "kv/codec/far.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/f16.h"
+#include "base/status.h"
+#include "kv/codec/dense.h"
+
+static const char FAR_MAGIC[8] = {'K', 'V', 'C', 'F', 'A', 'R', '0', '1'};
+
+struct kvc_far {
+    int fd;
+    char path[256];
+    atomic_llong end;         /* next free offset */
+    atomic_ullong read, read_ns;
+    pthread_mutex_t mu;       /* guards err */
+    kvc_status err;
+    char msg[640];
+};
+
+typedef struct far_blob {
+    int64_t off;              /* region start in the file */
+    int n, dim;
+    int n_blocks;
+    uint64_t sum[];           /* [n_blocks] */
+} far_blob;
+
+uint64_t kvc_far_checksum(const void *p, size_t n, uint64_t off) {
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull ^ (off * 0x9E3779B97F4A7C15ull);
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) { /* 8 bytes per step: FNV-1a over words */
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+        h = (h ^ w) * 1099511628211ull;
+        h ^= h >> 29;
+    }
+    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+kvc_status kvc_far_open(const char *path, kvc_far **out) {
+    *out = NULL;
+    KVC_CHECK(path && *path && strlen(path) < sizeof((kvc_far *)0)->path, KVC_ERR_ARG,
+              "far store: path '%s' is empty or longer than 255 bytes", path ? path : "");
+    kvc_far *f = calloc(1, sizeof *f);
+    if (!f) return kvc_fail(KVC_ERR_NOMEM, "far store");
+    f->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (f->fd < 0) {
+        kvc_status st = kvc_fail(KVC_ERR_IO, "far store '%s': %s", path, strerror(errno));
+        free(f);
+        return st;
+    }
+    snprintf(f->path, sizeof f->path, "%s", path);
+    pthread_mutex_init(&f->mu, NULL);
+    if (pwrite(f->fd, FAR_MAGIC, sizeof FAR_MAGIC, 0) != (ssize_t)sizeof FAR_MAGIC) {
+        kvc_status st = kvc_fail(KVC_ERR_IO, "far store '%s': writing the header: %s", path, strerror(errno));
+        kvc_far_close(f);
+        return st;
+    }
+    atomic_store(&f->end, (long long)sizeof FAR_MAGIC);
+    *out = f;
+    return KVC_OK;
+}
+
+void kvc_far_close(kvc_far *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    pthread_mutex_destroy(&f->mu);
+    free(f);
+}
+
+static void record(kvc_far *f, kvc_status st, const char *msg) {
+    pthread_mutex_lock(&f->mu);
+    if (f->err == KVC_OK) {
+        f->err = st;
+        snprintf(f->msg, sizeof f->msg, "%s", msg);
+    }
+    pthread_mutex_unlock(&f->mu);
+}
+
+kvc_status kvc_far_take_error(kvc_far *f) {
+    pthread_mutex_lock(&f->mu);
+    kvc_status st = f->err;
+    char msg[sizeof f->msg];
+    memcpy(msg, f->msg, sizeof msg);
+    f->err = KVC_OK;
+    pthread_mutex_unlock(&f->mu);
+    return st == KVC_OK ? KVC_OK : kvc_fail(st, "%s", msg);
+}
+
+void kvc_far_stats_get(kvc_far *f, kvc_far_stats *out) {
+    out->stored = (uint64_t)atomic_load(&f->end);
+    out->read = atomic_load(&f->read);
+    out->read_s = (double)atomic_load(&f->read_ns) * 1e-9;
+}
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static kvc_far *store_of(const kvc_codec *c) { return (kvc_far *)c->cfg; }
+static size_t row_bytes(const far_blob *b) { return (size_t)b->dim * sizeof(kvc_f16); }
+static size_t region_bytes(const far_blob *b) { return (size_t)b->n * row_bytes(b); }
+
+static kvc_status far_encode(const kvc_codec *c, const float *x, int n, int ld, void **blob) {
+    *blob = NULL;
+    kvc_far *f = store_of(c);
+    KVC_CHECK(f, KVC_ERR_INTERNAL, "far codec without a store");
+    KVC_CHECK(n >= 0 && c->dim >= 1, KVC_ERR_ARG, "far codec: %d rows of %d", n, c->dim);
+    size_t bytes = (size_t)n * c->dim * sizeof(kvc_f16);
+    int nb = (int)((bytes + KVC_FAR_BLOCK - 1) / KVC_FAR_BLOCK);
+    far_blob *b = malloc(sizeof *b + (size_t)nb * sizeof(uint64_t));
+    kvc_f16 *rows = malloc(bytes ? bytes : 1);
+    if (!b || !rows) {
+        free(b), free(rows);
+        return kvc_fail(KVC_ERR_NOMEM, "far blob of %d rows", n);
+    }
+    *b = (far_blob){.n = n, .dim = c->dim, .n_blocks = nb};
+    for (int i = 0; i < n; i++) kvc_dense_k.put[KVC_DENSE_F16](x + (size_t)i * ld, (size_t)c->dim, rows + (size_t)i * c->dim);
+    b->off = atomic_fetch_add(&f->end, (long long)bytes);
+    for (int k = 0; k < nb; k++) {
+        size_t o = (size_t)k * KVC_FAR_BLOCK, len = bytes - o < KVC_FAR_BLOCK ? bytes - o : KVC_FAR_BLOCK;
+        b->sum[k] = kvc_far_checksum((const char *)rows + o, len, (uint64_t)b->off + o);
+    }
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t w = pwrite(f->fd, (const char *)rows + done, bytes - done, b->off + (off_t)done);
+        if (w <= 0) {
+            kvc_status st = kvc_fail(KVC_ERR_IO, "far store '%s': writing %zu bytes at %lld: %s", f->path, bytes,
+                                     (long long)b->off, w < 0 ? strerror(errno) : "no progress");
+            free(b), free(rows);
+            return st;
+        }
+        done += (size_t)w;
+    }
+    free(rows);
+    *blob = b;
+    return KVC_OK;
+}
+
+/* Reads rows [begin, end) into out (f16 rows), verifying every block they
+ * touch; returns 0 (and records the failure) if any block fails. */
+static int read_rows(kvc_far *f, const far_blob *b, int begin, int end, kvc_f16 *out) {
+    double t0 = now_ns();
+    size_t rb = row_bytes(b), total = region_bytes(b);
+    size_t lo = (size_t)begin * rb, hi = (size_t)end * rb;
+    size_t k0 = lo / KVC_FAR_BLOCK, k1 = (hi + KVC_FAR_BLOCK - 1) / KVC_FAR_BLOCK;
+    size_t span = (k1 - k0) * KVC_FAR_BLOCK;
+    if (span > total - k0 * KVC_FAR_BLOCK) span = total - k0 * KVC_FAR_BLOCK;
+    char *buf = malloc(span ? span : 1);
+    int ok = buf != NULL;
+    char msg[640];
+    if (!ok) {
+        snprintf(msg, sizeof msg, "far store '%s': no memory to read %zu bytes", f->path, span);
+        record(f, KVC_ERR_NOMEM, msg);
+    }
+    size_t got = 0;
+    while (ok && got < span) {
+        ssize_t r = pread(f->fd, buf + got, span - got, b->off + (off_t)(k0 * KVC_FAR_BLOCK + got));
+        if (r <= 0) {
+            snprintf(msg, sizeof msg, "far store '%s': %s at offset %lld (region of %zu bytes at %lld)", f->path,
+                     r < 0 ? strerror(errno) : "file truncated", (long long)(b->off + (off_t)(k0 * KVC_FAR_BLOCK + got)),
+                     total, (long long)b->off);
+            record(f, r < 0 ? KVC_ERR_IO : KVC_ERR_FORMAT, msg);
+            ok = 0;
+            break;
+        }
+        got += (size_t)r;
+    }
+    for (size_t k = k0; ok && k < k1; k++) {
+        size_t o = k * KVC_FAR_BLOCK, len = total - o < KVC_FAR_BLOCK ? total - o : KVC_FAR_BLOCK;
+        if (kvc_far_checksum(buf + (o - k0 * KVC_FAR_BLOCK), len, (uint64_t)b->off + o) != b->sum[k]) {
+            snprintf(msg, sizeof msg, "far store '%s': block %zu at offset %lld fails its checksum (altered file)",
+                     f->path, k, (long long)(b->off + (off_t)o));
+            record(f, KVC_ERR_FORMAT, msg);
+            ok = 0;
+        }
+    }
+    if (ok) memcpy(out, buf + (lo - k0 * KVC_FAR_BLOCK), hi - lo);
+    free(buf);
+    atomic_fetch_add(&f->read, ok ? (unsigned long long)span : 0ull);
+    atomic_fetch_add(&f->read_ns, (unsigned long long)(now_ns() - t0));
+    return ok;
+}
+
+/* f16 scratch for rows [begin, end): NULL if the rows could not be read. */
+static kvc_f16 *fetch(const kvc_codec *c, const far_blob *b, int begin, int end) {
+    kvc_f16 *rows = malloc((size_t)(end - begin ? end - begin : 1) * row_bytes(b));
+    if (rows && read_rows(store_of(c), b, begin, end, rows)) return rows;
+    if (!rows) record(store_of(c), KVC_ERR_NOMEM, "far store: no memory for read scratch");
+    free(rows);
+    return NULL;
+}
+
+static void far_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin, int end,
+                   float *s, int lds) {
+    kvc_f16 *rows = fetch(c, blob, begin, end);
+    if (rows) kvc_dense_k.qk[KVC_DENSE_F16](rows, end - begin, c->dim, q, G, ldq, s, lds);
+    else
+        for (int g = 0; g < G; g++)
+            for (int j = 0; j < end - begin; j++) s[(size_t)g * lds + j] = -INFINITY;
+    free(rows);
+}
+
+static void far_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin, int end,
+                   float *o, int ldo) {
+    kvc_f16 *rows = fetch(c, blob, begin, end);
+    if (rows) kvc_dense_k.pv[KVC_DENSE_F16](rows, end - begin, c->dim, p, G, ldp, o, ldo);
+    free(rows);
+}
+
+static void far_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
+    kvc_f16 *rows = fetch(c, blob, begin, end);
+    for (int i = begin; i < end; i++) {
+        float *xi = x + (size_t)(i - begin) * ld;
+        if (rows) kvc_dense_k.cvt[KVC_DENSE_F16](rows + (size_t)(i - begin) * c->dim, (size_t)c->dim, xi);
+        else memset(xi, 0, (size_t)c->dim * sizeof *xi);
+    }
+    free(rows);
+}
+
+static int far_count(const kvc_codec *c, const void *blob) {
+    (void)c;
+    return ((const far_blob *)blob)->n;
+}
+
+/* In RAM: the blob's header and checksums only; its rows are on disk. */
+static void far_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
+    (void)c;
+    const far_blob *b = blob;
+    *payload = 0;
+    *meta = sizeof *b + (uint64_t)b->n_blocks * sizeof(uint64_t);
+}
+
+static void far_free(const kvc_codec *c, void *blob) {
+    (void)c;
+    free(blob);
+}
+
+const kvc_codec_ops kvc_codec_far_f16 = {
+    .name = "far_f16",
+    .granule = 1,
+    .encode = far_encode,
+    .count = far_count,
+    .qk = far_qk,
+    .pv = far_pv,
+    .decode = far_decode,
+    .bytes = far_bytes,
+    .free = far_free,
+};
