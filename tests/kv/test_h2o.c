@@ -17,24 +17,14 @@
 
 #include <cmocka.h>
 
+#include "expect_close.h"
+
 #include "base/f16.h"
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
 #include "kv/codec/prune.h"
 #include "kv/synth.h"
 
-static uint64_t rng = 4242;
-static float frand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static void expect_close(const float *a, const float *ref, size_t n, double tol, const char *what) {
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= tol)) fail_msg("%s: element %zu: %g vs %g (err %g > %g)", what, i, a[i], ref[i], e, tol);
-    }
-}
 
 enum { NH = 4, NKV = 2, G = 2, D = 64, NTOK = 1200, NPRE = 1000 };
 static const int heavy[] = {3, 150, 411, 640, 777};
@@ -197,6 +187,7 @@ static void test_bad_specs(void **state) {
 }
 
 int main(void) {
+    rng = 4242;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_h2o_alone),
         cmocka_unit_test(test_mustafar_on_h2o),

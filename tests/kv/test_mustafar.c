@@ -18,24 +18,14 @@
 
 #include <cmocka.h>
 
+#include "expect_close.h"
+
 #include "base/f16.h"
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
 #include "kv/codec/prune.h"
 #include "kv/synth.h"
 
-static uint64_t rng = 99;
-static float frand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static void expect_close(const float *a, const float *ref, size_t n, double tol, const char *what) {
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= tol)) fail_msg("%s: element %zu: %g vs %g (err %g > %g)", what, i, a[i], ref[i], e, tol);
-    }
-}
 
 static int count_nonzero(const float *x, int d) {
     int c = 0;
@@ -209,6 +199,7 @@ static void test_bad_specs(void **state) {
 }
 
 int main(void) {
+    rng = 99;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_equals_reference_on_pruned),
         cmocka_unit_test(test_outaware_prefill_scores),

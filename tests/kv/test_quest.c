@@ -20,23 +20,13 @@
 
 #include <cmocka.h>
 
+#include "expect_close.h"
+
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
 #include "kv/select/minmax.h"
 #include "kv/synth.h"
 
-static uint64_t rng = 777;
-static float frand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (float)((rng >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
-}
-
-static void expect_close(const float *a, const float *ref, size_t n, double tol, const char *what) {
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= tol)) fail_msg("%s: element %zu: %g vs %g (err %g > %g)", what, i, a[i], ref[i], e, tol);
-    }
-}
 
 /* Checks every token of every unit of x against its bounds: k [n][d]. */
 static void check_bounds(const kvc_minmax *x, const float *k, int d, const float *q, int G) {
@@ -274,6 +264,7 @@ static void test_quest_attends_top_pages(void **state) {
 }
 
 int main(void) {
+    rng = 777;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bound_random),
         cmocka_unit_test(test_bad_index_input),

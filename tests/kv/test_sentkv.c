@@ -29,6 +29,8 @@
 
 #include <cmocka.h>
 
+#include "expect_close.h"
+
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
 #include "kv/method/sentence_split.h"
@@ -36,17 +38,10 @@
 #include "kv/select/minmax.h"
 #include "kv/synth.h"
 
-static uint64_t rng = 31337;
+static uint64_t urng = 31337;
 static uint32_t urand(void) {
-    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-    return (uint32_t)(rng >> 33);
-}
-
-static void expect_close(const float *a, const float *ref, size_t n, double tol, const char *what) {
-    for (size_t i = 0; i < n; i++) {
-        double e = fabs((double)a[i] - ref[i]) / (1.0 + fabs(ref[i]));
-        if (!(e <= tol)) fail_msg("%s: element %zu: %g vs %g (err %g > %g)", what, i, a[i], ref[i], e, tol);
-    }
+    urng = urng * 6364136223846793005ull + 1442695040888963407ull;
+    return (uint32_t)(urng >> 33);
 }
 
 /* Algorithm 2 as printed (ends after the boundary token, see sentence_split.h). */
