@@ -98,8 +98,9 @@ static kvc_status run(kvc_splitter *sp, int final) {
 
 kvc_status kvc_split_push(kvc_splitter *sp, const float *w, int n) {
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "sentence split: %d tokens", n);
+    if (n == 0) return KVC_OK;
     if (sp->head + sp->n_w + n > sp->cap_w) { /* slide the pending weights to the front, grow */
-        memmove(sp->w, sp->w + sp->head, (size_t)sp->n_w * sizeof *sp->w);
+        if (sp->n_w > 0) memmove(sp->w, sp->w + sp->head, (size_t)sp->n_w * sizeof *sp->w);
         sp->head = 0;
         if (sp->n_w + n > sp->cap_w) {
             int cap = sp->cap_w ? sp->cap_w : 256;
