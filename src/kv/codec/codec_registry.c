@@ -14,6 +14,7 @@
 #include "kv/codec/dense.h"
 #include "kv/codec/iquant.h"
 #include "kv/codec/packkv.h"
+#include "kv/codec/packed.h"
 #include "kv/softmax.h"
 
 static const kvc_codec_ops *const codecs[] = {
@@ -28,6 +29,7 @@ static const kvc_codec_ops *const codecs[] = {
     &kvc_codec_iq_v,
     &kvc_codec_packkv_k,
     &kvc_codec_packkv_v,
+    &kvc_codec_packed_f16,
     NULL,
 };
 

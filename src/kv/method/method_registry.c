@@ -20,6 +20,7 @@ extern const kvc_method kvc_method_quest;
 extern const kvc_method kvc_method_packkv;
 extern const kvc_method kvc_method_streaming;
 extern const kvc_method kvc_method_sentkv;
+extern const kvc_method kvc_method_mosaic;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
@@ -32,6 +33,7 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_packkv,
     &kvc_method_streaming,
     &kvc_method_sentkv,
+    &kvc_method_mosaic,
     NULL,
 };
 

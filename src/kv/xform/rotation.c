@@ -1,0 +1,234 @@
+/* Per-segment rotation transform (rotation.h): the incremental second-moment
+ * accumulator, its eigendecomposition with LAPACK's dsyevr, and the kvc_xform
+ * operations that map queries in, outputs out and stored rows back. */
+#include "kv/xform/rotation.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/status.h"
+
+/* LAPACK (Fortran calling convention; the distribution ships no C header for
+ * it beside LAPACKE, which the build does not need). */
+void dsyevr_(const char *jobz, const char *range, const char *uplo, const int *n, double *a,
+             const int *lda, const double *vl, const double *vu, const int *il, const int *iu,
+             const double *abstol, int *m, double *w, double *z, const int *ldz, int *isuppz,
+             double *work, const int *lwork, int *iwork, const int *liwork, int *info);
+
+kvc_status kvc_cov_init(kvc_cov *c, int d) {
+    KVC_CHECK(d >= 1 && d <= KVC_ROT_MAX_D, KVC_ERR_ARG, "rotation: head_dim %d outside [1, %d]", d,
+              KVC_ROT_MAX_D);
+    c->d = d;
+    c->n = 0;
+    c->s = calloc((size_t)d * d, sizeof *c->s);
+    return c->s ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "covariance %d x %d", d, d);
+}
+
+void kvc_cov_free(kvc_cov *c) {
+    free(c->s);
+    c->s = NULL;
+}
+
+void kvc_cov_reset(kvc_cov *c) {
+    memset(c->s, 0, (size_t)c->d * c->d * sizeof *c->s);
+    c->n = 0;
+}
+
+void kvc_cov_add(kvc_cov *c, const float *x, int n, int ld) {
+    int d = c->d;
+    double xd[KVC_ROT_MAX_D];
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * ld;
+        for (int i = 0; i < d; i++) xd[i] = xt[i];
+        for (int i = 0; i < d; i++) {
+            double *row = c->s + (size_t)i * d;
+            double a = xd[i];
+            for (int j = i; j < d; j++) row[j] += a * xd[j];
+        }
+    }
+    c->n += n;
+}
+
+kvc_status kvc_cov_eigen(const kvc_cov *c, float *rot, double *eval) {
+    int d = c->d;
+    /* row-major upper triangle = column-major lower triangle: uplo "L" */
+    double *a = malloc((size_t)d * d * sizeof *a), *z = malloc((size_t)d * d * sizeof *z);
+    double *w = malloc((size_t)d * sizeof *w);
+    int *isuppz = malloc((size_t)2 * d * sizeof *isuppz);
+    double wq;
+    int iq, info = 0, m = 0, lwork = -1, liwork = -1, il = 1, iu = d;
+    double vl = 0, vu = 0, abstol = 0;
+    kvc_status st = KVC_OK;
+    if (!a || !z || !w || !isuppz) st = kvc_fail(KVC_ERR_NOMEM, "eigendecomposition %d x %d", d, d);
+    if (st == KVC_OK) {
+        memcpy(a, c->s, (size_t)d * d * sizeof *a);
+        dsyevr_("V", "A", "L", &d, a, &d, &vl, &vu, &il, &iu, &abstol, &m, w, z, &d, isuppz, &wq,
+                &lwork, &iq, &liwork, &info);
+        lwork = (int)wq;
+        liwork = iq;
+    }
+    double *work = st == KVC_OK && info == 0 ? malloc((size_t)lwork * sizeof *work) : NULL;
+    int *iwork = work ? malloc((size_t)liwork * sizeof *iwork) : NULL;
+    if (st == KVC_OK && info == 0 && !iwork) st = kvc_fail(KVC_ERR_NOMEM, "dsyevr workspace");
+    if (st == KVC_OK && info == 0)
+        dsyevr_("V", "A", "L", &d, a, &d, &vl, &vu, &il, &iu, &abstol, &m, w, z, &d, isuppz, work,
+                &lwork, iwork, &liwork, &info);
+    if (st == KVC_OK && (info != 0 || m != d))
+        st = kvc_fail(KVC_ERR_INTERNAL, "dsyevr on a %d x %d matrix: info %d, %d eigenvalues", d, d,
+                      info, m);
+    if (st == KVC_OK) {
+        /* z column-major: eigenvector k (ascending) is z[k*d .. k*d+d) */
+        for (int j = 0; j < d; j++) {
+            int k = d - 1 - j;
+            if (eval) eval[j] = w[k];
+            for (int i = 0; i < d; i++) rot[(size_t)i * d + j] = (float)z[(size_t)k * d + i];
+        }
+    }
+    free(a); free(z); free(w); free(isuppz); free(work); free(iwork);
+    return st;
+}
+
+void kvc_cov_channel_order(const kvc_cov *c, float *rot) {
+    int d = c->d;
+    int order[KVC_ROT_MAX_D];
+    for (int i = 0; i < d; i++) order[i] = i;
+    for (int i = 1; i < d; i++) { /* insertion sort by decreasing energy, stable */
+        int x = order[i], j = i;
+        double e = c->s[(size_t)x * d + x];
+        while (j > 0 && c->s[(size_t)order[j - 1] * d + order[j - 1]] < e) order[j] = order[j - 1], j--;
+        order[j] = x;
+    }
+    memset(rot, 0, (size_t)d * d * sizeof *rot);
+    for (int j = 0; j < d; j++) rot[(size_t)order[j] * d + j] = 1.0f;
+}
+
+/* ---- the transform ------------------------------------------------------------ */
+
+typedef struct rot_state {
+    float *rk; /* [d][dim_k] */
+    float *rv; /* [d][dim_v] */
+} rot_state;
+
+/* y [n][ldy] (cols floats) = x [n][ldx] (d floats) · r [d][cols] */
+static void mul_right(const float *r, int d, int cols, const float *x, int n, int ldx, float *y,
+                      int ldy) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        float *yt = y + (size_t)t * ldy;
+        memset(yt, 0, (size_t)cols * sizeof *yt);
+        for (int i = 0; i < d; i++) {
+            const float *ri = r + (size_t)i * cols;
+            float a = xt[i];
+            for (int j = 0; j < cols; j++) yt[j] += a * ri[j];
+        }
+    }
+}
+
+/* y [n][ldy] (d floats) = x [n][ldx] (cols floats) · rᵀ, r [d][cols] */
+static void mul_right_t(const float *r, int d, int cols, const float *x, int n, int ldx, float *y,
+                        int ldy) {
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * ldx;
+        float *yt = y + (size_t)t * ldy;
+        for (int i = 0; i < d; i++) {
+            const float *ri = r + (size_t)i * cols;
+            float s = 0.0f;
+            for (int j = 0; j < cols; j++) s += xt[j] * ri[j];
+            yt[i] = s;
+        }
+    }
+}
+
+static void rot_prepare_q(const kvc_xform *x, const float *q, int G, int ldq, float *qt, int ldt) {
+    const rot_state *r = x->state;
+    mul_right(r->rk, x->dim_in, x->dim_k, q, G, ldq, qt, ldt);
+}
+
+static void rot_finish_out(const kvc_xform *x, const float *ot, int G, int ldt, float *out, int ldo) {
+    const rot_state *r = x->state;
+    mul_right_t(r->rv, x->dim_in, x->dim_v, ot, G, ldt, out, ldo);
+}
+
+static void rot_restore(const kvc_xform *x, int which, const float *xt, int n, int ldt, float *out,
+                        int ld) {
+    const rot_state *r = x->state;
+    if (which) mul_right_t(r->rv, x->dim_in, x->dim_v, xt, n, ldt, out, ld);
+    else mul_right_t(r->rk, x->dim_in, x->dim_k, xt, n, ldt, out, ld);
+}
+
+static uint64_t rot_bytes(const kvc_xform *x) {
+    return sizeof *x + sizeof(rot_state) +
+           (uint64_t)x->dim_in * (uint64_t)(x->dim_k + x->dim_v) * sizeof(float);
+}
+
+static void rot_free(kvc_xform *x) {
+    rot_state *r = x->state;
+    if (r) {
+        free(r->rk);
+        free(r->rv);
+        free(r);
+    }
+    free(x);
+}
+
+static const kvc_xform_ops rotation_ops = {
+    .name = "rotation",
+    .prepare_q = rot_prepare_q,
+    .finish_out = rot_finish_out,
+    .restore = rot_restore,
+    .bytes = rot_bytes,
+    .free = rot_free,
+};
+
+/* The first cols columns of basis [d][d] as a [d][cols] matrix. */
+static float *leading_columns(const float *basis, int d, int cols) {
+    float *m = malloc((size_t)d * cols * sizeof *m);
+    if (!m) return NULL;
+    for (int i = 0; i < d; i++) memcpy(m + (size_t)i * cols, basis + (size_t)i * d, (size_t)cols * sizeof *m);
+    return m;
+}
+
+kvc_status kvc_rotation_create(int d, const float *rk, int dim_k, const float *rv, int dim_v,
+                               kvc_xform **out) {
+    *out = NULL;
+    KVC_CHECK(d >= 1 && d <= KVC_ROT_MAX_D, KVC_ERR_ARG, "rotation: head_dim %d outside [1, %d]", d,
+              KVC_ROT_MAX_D);
+    KVC_CHECK(dim_k >= 1 && dim_k <= d && dim_v >= 1 && dim_v <= d, KVC_ERR_ARG,
+              "rotation: kept channels k %d, v %d outside [1, %d]", dim_k, dim_v, d);
+    kvc_xform *x = calloc(1, sizeof *x);
+    rot_state *r = calloc(1, sizeof *r);
+    if (x && r) {
+        r->rk = leading_columns(rk, d, dim_k);
+        r->rv = leading_columns(rv, d, dim_v);
+    }
+    if (!x || !r || !r->rk || !r->rv) {
+        if (r) { free(r->rk); free(r->rv); }
+        free(r);
+        free(x);
+        return kvc_fail(KVC_ERR_NOMEM, "rotation %d x (%d + %d)", d, dim_k, dim_v);
+    }
+    x->ops = &rotation_ops;
+    atomic_init(&x->refs, 1);
+    x->dim_in = d;
+    x->dim_k = dim_k;
+    x->dim_v = dim_v;
+    x->state = r;
+    *out = x;
+    return KVC_OK;
+}
+
+void kvc_rotation_apply(const kvc_xform *x, int which, const float *xin, int n, int ldx, float *xt,
+                        int ldt) {
+    const rot_state *r = x->state;
+    int cols = which ? x->dim_v : x->dim_k;
+    const float *m = which ? r->rv : r->rk;
+    if (n <= 0) return;
+    /* a whole segment is one matrix product (BLAS); single rows stay in the loop */
+    if (n >= 16)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, cols, x->dim_in, 1.0f, xin, ldx, m,
+                    cols, 0.0f, xt, ldt);
+    else
+        mul_right(m, x->dim_in, cols, xin, n, ldx, xt, ldt);
+}
