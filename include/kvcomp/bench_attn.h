@@ -8,8 +8,9 @@
  * each read their own cache. Reported: median and best time per layer step,
  * the bytes the method's chunks hold per layer (payload, metadata, selection
  * index: what a step reads), effective GB/s (bytes / median time),
- * the fraction of the measured read bandwidth, and the time ratio to the
- * first method. */
+ * the fraction of the measured read bandwidth, the time ratio to the
+ * first method, and the mean time split into unit scoring, top-k selection
+ * and attention (MosaicKV Fig. 8). */
 #ifndef KVCOMP_BENCH_ATTN_H
 #define KVCOMP_BENCH_ATTN_H
 
@@ -44,6 +45,10 @@ typedef struct kvc_bench_attn_row {
     double frac_bw;          /* gbps / bw_gbps, or NAN */
     double ratio;            /* median_s / median_s of the first method at this ctx */
     double fill_s;           /* time to fill the cache */
+    /* Mean per timed layer step: scoring the selectable units, choosing the
+     * top ones, and the rest of the attention (kv/attend.h kvc_attend_times;
+     * score and top-k are thread time, 0 without selection). */
+    double score_s, topk_s, attn_s;
     kvc_cache_stats stats;
 } kvc_bench_attn_row;
 

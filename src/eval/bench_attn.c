@@ -13,6 +13,7 @@
 #include "base/threadpool.h"
 #include "kvcomp/kvdump.h"
 #include "kvcomp/report.h"
+#include "kv/attend.h"
 #include "kv/cache.h"
 #include "kv/synth.h"
 
@@ -100,6 +101,8 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
         size_t qs = (size_t)p->n_heads * p->head_dim;
         for (int l = 0; st == KVC_OK && l < L; l++) st = kvc_cache_attend(c, l, q + l * qs, out);
         int n = 0;
+        kvc_attend_times t_before, t_after;
+        kvc_cache_attend_times(c, &t_before);
         double start = kvc_now_s();
         while (st == KVC_OK && n < cap && (n < min_reps * L || kvc_now_s() - start < min_s)) {
             for (int l = 0; st == KVC_OK && l < L && n < cap; l++) {
@@ -108,7 +111,11 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
                 t[n++] = (p->cpu_clock ? kvc_cpu_s() : kvc_now_s()) - a;
             }
         }
+        kvc_cache_attend_times(c, &t_after);
         if (st == KVC_OK) {
+            row->score_s = (t_after.score_s - t_before.score_s) / n;
+            row->topk_s = (t_after.topk_s - t_before.topk_s) / n;
+            row->attn_s = (t_after.attn_s - t_before.attn_s) / n;
             qsort(t, (size_t)n, sizeof(double), cmp_d);
             row->reps = n;
             row->best_s = t[0];

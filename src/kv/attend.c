@@ -19,6 +19,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -57,6 +58,7 @@ typedef struct req_state {
     float *sraw; size_t sraw_cap;  /* [G][n_tokens] raw scores when want_attn */
     /* selection scratch */
     float *uscore; int32_t *uci; kvc_range *ur; int *uorder; size_t ucap;
+    double t_score, t_topk;        /* this call's selection time */
     kvc_status st;
 } req_state;
 
@@ -75,7 +77,16 @@ struct kvc_attend_ws {
     float *pacc; size_t cap_pacc; /* per part: m[G], l[G], o[G][d] */
     thread_ws th[MAX_THREADS];
     int n_th;
+    kvc_attend_times times;
 };
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out) { *out = ws->times; }
 
 kvc_status kvc_attend_ws_create(kvc_attend_ws **out) {
     *out = calloc(1, sizeof **out);
@@ -255,6 +266,7 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
         if (!r->ucap) return kvc_fail(KVC_ERR_NOMEM, "unit arrays (%zu units)", nu);
     }
     size_t k = 0;
+    double t0 = now_s();
     for (int ci = 0; ci < s->n_chunks; ci++) {
         const kvc_chunk *c = s->chunks[ci];
         if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
@@ -270,6 +282,8 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
         }
         k += (size_t)n;
     }
+    double t1 = now_s();
+    r->t_score = t1 - t0;
     /* Greedy in score order needs at most budget / shortest-unit units: put the
      * best K first (quickselect, O(units)) and sort only those; if greedy runs
      * out of them with budget left (it skipped long units), sort everything. */
@@ -315,6 +329,7 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
     }
     *out = u;
     *n_out = n;
+    r->t_topk = now_s() - t1;
     return KVC_OK;
 }
 
@@ -329,6 +344,7 @@ static kvc_status plan_one(kvc_attend_req *rq, int idx, req_state *r, const kvc_
     int G = o->G, d = s->dim;
     r->n_groups = r->n_items = r->n_ranges = 0;
     r->n_tokens = 0;
+    r->t_score = r->t_topk = 0.0;
     float *qs = realloc(r->qs, (size_t)G * d * sizeof *qs);
     if (!qs) return kvc_fail(KVC_ERR_NOMEM, "scaled query");
     r->qs = qs;
@@ -587,6 +603,7 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
         ws->cap_reqs = n_req;
     }
     int G = o->G;
+    double t_call = now_s(), t_select = 0.0;
     int n_threads = pool ? kvc_pool_threads(pool) : 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
 
@@ -599,6 +616,9 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
     for (int i = 0; i < n_req; i++) {
         req_state *r = &ws->reqs[i];
         KVC_TRY(r->st);
+        ws->times.score_s += r->t_score;
+        ws->times.topk_s += r->t_topk;
+        t_select += r->t_score + r->t_topk;
         int d = reqs[i].s->dim;
         if (d > dmax) dmax = d;
         for (int g = 0; g < r->n_groups; g++)
@@ -668,6 +688,9 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
             }
         }
     }
+    /* the rest of the call: query maps, planning, qk / softmax / pv, merge */
+    ws->times.attn_s += now_s() - t_call - t_select;
+    ws->times.calls++;
     return KVC_OK;
 }
 

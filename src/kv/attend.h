@@ -27,6 +27,18 @@ kvc_status kvc_attend_ws_create(kvc_attend_ws **out);
 void kvc_attend_ws_free(kvc_attend_ws *ws);
 uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws);
 
+/* Where the time of the attend calls on a workspace went, summed since it was
+ * created: scoring the selectable units (the selectors' score ops), choosing
+ * the top units within the budget (quickselect, sort, greedy fill), both as
+ * thread time summed over the requests; and the rest of the calls' wall
+ * time (query maps, planning, qk, softmax, pv, merge). With one thread the
+ * three add up to the calls' wall time. */
+typedef struct kvc_attend_times {
+    double score_s, topk_s, attn_s;
+    int64_t calls;
+} kvc_attend_times;
+void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out);
+
 /* Callback after the merge when want_attn: see kvc_method_ops.on_attn. */
 typedef void (*kvc_attn_cb)(void *ctx, int req, int ci, const kvc_range *r, int nr,
                             const float *p);

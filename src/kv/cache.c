@@ -424,3 +424,5 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
         out->ratio_vs_f16 = total ? f16 / (double)total : 0.0;
     }
 }
+
+void kvc_cache_attend_times(const kvc_cache *c, kvc_attend_times *out) { kvc_attend_ws_times(c->ws, out); }

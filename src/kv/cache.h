@@ -54,4 +54,9 @@ int kvc_cache_tokens(const kvc_cache *c, int layer);
 
 void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out);
 
+/* Score / top-k / attention time of the decode attend calls so far
+ * (kvc_attend_ws_times of the cache's driver workspace). */
+struct kvc_attend_times;
+void kvc_cache_attend_times(const kvc_cache *c, struct kvc_attend_times *out);
+
 #endif

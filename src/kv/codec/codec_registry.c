@@ -49,6 +49,8 @@ static void init_all(void) {
     if (isa >= KVC_ISA_AVX512) kvc_iq_register_avx512(&kvc_iq_k);
     if (isa >= KVC_ISA_AVX2) kvc_pk_register_avx2(&kvc_pk_k);
     if (isa >= KVC_ISA_AVX512) kvc_pk_register_avx512(&kvc_pk_k); /* after AVX2: packs of 8 stay there */
+    if (isa >= KVC_ISA_AVX2) kvc_packed_register_avx2(&kvc_packed_k);
+    if (isa >= KVC_ISA_AVX512) kvc_packed_register_avx512(&kvc_packed_k);
 }
 
 void kvc_codecs_init(void) { pthread_once(&init_once, init_all); }

@@ -36,9 +36,32 @@ void kvc_cov_reset(kvc_cov *c) {
     c->n = 0;
 }
 
+enum { SYRK_ROWS = 256 }; /* rows widened to double per BLAS call */
+
+/* Rows t0.. of a batch as one symmetric rank-k update (BLAS dsyrk); false if
+ * the double scratch cannot be had (the caller falls back to the loop). */
+static int cov_add_blas(kvc_cov *c, const float *x, int n, int ld) {
+    int d = c->d;
+    double *xd = malloc((size_t)SYRK_ROWS * d * sizeof *xd);
+    if (!xd) return 0;
+    for (int t0 = 0; t0 < n; t0 += SYRK_ROWS) {
+        int m = n - t0 < SYRK_ROWS ? n - t0 : SYRK_ROWS;
+        for (int t = 0; t < m; t++)
+            for (int i = 0; i < d; i++) xd[(size_t)t * d + i] = x[(size_t)(t0 + t) * ld + i];
+        /* row-major upper triangle of xdᵀ·xd */
+        cblas_dsyrk(CblasRowMajor, CblasUpper, CblasTrans, d, m, 1.0, xd, d, 1.0, c->s, d);
+    }
+    free(xd);
+    return 1;
+}
+
 void kvc_cov_add(kvc_cov *c, const float *x, int n, int ld) {
     int d = c->d;
     double xd[KVC_ROT_MAX_D];
+    if (n >= 8 && cov_add_blas(c, x, n, ld)) {
+        c->n += n;
+        return;
+    }
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * ld;
         for (int i = 0; i < d; i++) xd[i] = xt[i];
@@ -106,56 +129,37 @@ void kvc_cov_channel_order(const kvc_cov *c, float *rot) {
 
 /* ---- the transform ------------------------------------------------------------ */
 
+/* Stored so that every map is one row-major matrix product (BLAS sgemm; the
+ * query and output maps are G x d x dim, single-threaded inside OpenBLAS):
+ * keys map in by rk, values map out by rvt. */
 typedef struct rot_state {
-    float *rk; /* [d][dim_k] */
-    float *rv; /* [d][dim_v] */
+    float *rk;  /* [d][dim_k]: columns = kept key basis vectors */
+    float *rvt; /* [dim_v][d]: rows = kept value basis vectors */
 } rot_state;
 
-/* y [n][ldy] (cols floats) = x [n][ldx] (d floats) · r [d][cols] */
-static void mul_right(const float *r, int d, int cols, const float *x, int n, int ldx, float *y,
-                      int ldy) {
-    for (int t = 0; t < n; t++) {
-        const float *xt = x + (size_t)t * ldx;
-        float *yt = y + (size_t)t * ldy;
-        memset(yt, 0, (size_t)cols * sizeof *yt);
-        for (int i = 0; i < d; i++) {
-            const float *ri = r + (size_t)i * cols;
-            float a = xt[i];
-            for (int j = 0; j < cols; j++) yt[j] += a * ri[j];
-        }
-    }
-}
-
-/* y [n][ldy] (d floats) = x [n][ldx] (cols floats) · rᵀ, r [d][cols] */
-static void mul_right_t(const float *r, int d, int cols, const float *x, int n, int ldx, float *y,
-                        int ldy) {
-    for (int t = 0; t < n; t++) {
-        const float *xt = x + (size_t)t * ldx;
-        float *yt = y + (size_t)t * ldy;
-        for (int i = 0; i < d; i++) {
-            const float *ri = r + (size_t)i * cols;
-            float s = 0.0f;
-            for (int j = 0; j < cols; j++) s += xt[j] * ri[j];
-            yt[i] = s;
-        }
-    }
+/* y [n][ldy] = x [n][ldx] · op(m), m row-major with leading dimension ldm. */
+static void matmul(const float *x, int n, int ldx, int trans, const float *m, int ldm, int k,
+                   int cols, float *y, int ldy) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, n, cols, k, 1.0f, x,
+                ldx, m, ldm, 0.0f, y, ldy);
 }
 
 static void rot_prepare_q(const kvc_xform *x, const float *q, int G, int ldq, float *qt, int ldt) {
     const rot_state *r = x->state;
-    mul_right(r->rk, x->dim_in, x->dim_k, q, G, ldq, qt, ldt);
+    matmul(q, G, ldq, 0, r->rk, x->dim_k, x->dim_in, x->dim_k, qt, ldt);
 }
 
 static void rot_finish_out(const kvc_xform *x, const float *ot, int G, int ldt, float *out, int ldo) {
     const rot_state *r = x->state;
-    mul_right_t(r->rv, x->dim_in, x->dim_v, ot, G, ldt, out, ldo);
+    matmul(ot, G, ldt, 0, r->rvt, x->dim_in, x->dim_v, x->dim_in, out, ldo);
 }
 
 static void rot_restore(const kvc_xform *x, int which, const float *xt, int n, int ldt, float *out,
                         int ld) {
     const rot_state *r = x->state;
-    if (which) mul_right_t(r->rv, x->dim_in, x->dim_v, xt, n, ldt, out, ld);
-    else mul_right_t(r->rk, x->dim_in, x->dim_k, xt, n, ldt, out, ld);
+    if (n <= 0) return;
+    if (which) matmul(xt, n, ldt, 0, r->rvt, x->dim_in, x->dim_v, x->dim_in, out, ld);
+    else matmul(xt, n, ldt, 1, r->rk, x->dim_k, x->dim_k, x->dim_in, out, ld);
 }
 
 static uint64_t rot_bytes(const kvc_xform *x) {
@@ -167,7 +171,7 @@ static void rot_free(kvc_xform *x) {
     rot_state *r = x->state;
     if (r) {
         free(r->rk);
-        free(r->rv);
+        free(r->rvt);
         free(r);
     }
     free(x);
@@ -182,11 +186,15 @@ static const kvc_xform_ops rotation_ops = {
     .free = rot_free,
 };
 
-/* The first cols columns of basis [d][d] as a [d][cols] matrix. */
-static float *leading_columns(const float *basis, int d, int cols) {
+/* The first cols columns of basis [d][d], as [d][cols] or transposed [cols][d]. */
+static float *leading_columns(const float *basis, int d, int cols, int transpose) {
     float *m = malloc((size_t)d * cols * sizeof *m);
     if (!m) return NULL;
-    for (int i = 0; i < d; i++) memcpy(m + (size_t)i * cols, basis + (size_t)i * d, (size_t)cols * sizeof *m);
+    for (int i = 0; i < d; i++)
+        for (int j = 0; j < cols; j++) {
+            if (transpose) m[(size_t)j * d + i] = basis[(size_t)i * d + j];
+            else m[(size_t)i * cols + j] = basis[(size_t)i * d + j];
+        }
     return m;
 }
 
@@ -200,11 +208,11 @@ kvc_status kvc_rotation_create(int d, const float *rk, int dim_k, const float *r
     kvc_xform *x = calloc(1, sizeof *x);
     rot_state *r = calloc(1, sizeof *r);
     if (x && r) {
-        r->rk = leading_columns(rk, d, dim_k);
-        r->rv = leading_columns(rv, d, dim_v);
+        r->rk = leading_columns(rk, d, dim_k, 0);
+        r->rvt = leading_columns(rv, d, dim_v, 1);
     }
-    if (!x || !r || !r->rk || !r->rv) {
-        if (r) { free(r->rk); free(r->rv); }
+    if (!x || !r || !r->rk || !r->rvt) {
+        if (r) { free(r->rk); free(r->rvt); }
         free(r);
         free(x);
         return kvc_fail(KVC_ERR_NOMEM, "rotation %d x (%d + %d)", d, dim_k, dim_v);
@@ -222,13 +230,7 @@ kvc_status kvc_rotation_create(int d, const float *rk, int dim_k, const float *r
 void kvc_rotation_apply(const kvc_xform *x, int which, const float *xin, int n, int ldx, float *xt,
                         int ldt) {
     const rot_state *r = x->state;
-    int cols = which ? x->dim_v : x->dim_k;
-    const float *m = which ? r->rv : r->rk;
     if (n <= 0) return;
-    /* a whole segment is one matrix product (BLAS); single rows stay in the loop */
-    if (n >= 16)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, cols, x->dim_in, 1.0f, xin, ldx, m,
-                    cols, 0.0f, xt, ldt);
-    else
-        mul_right(m, x->dim_in, cols, xin, n, ldx, xt, ldt);
+    if (which) matmul(xin, n, ldx, 1, r->rvt, x->dim_in, x->dim_in, x->dim_v, xt, ldt);
+    else matmul(xin, n, ldx, 0, r->rk, x->dim_k, x->dim_in, x->dim_k, xt, ldt);
 }

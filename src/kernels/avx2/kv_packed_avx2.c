@@ -1,0 +1,111 @@
+/* AVX2 kernels of the packed two-D format (src/kv/codec/packed.h). AVX2 has
+ * no expand instruction: a vector is walked in pieces of 8 channels, the
+ * piece's 8-bit channel mask (group bits spread by PDEP) indexes a table of
+ * VPERMPS indices that moves the piece's packed values (8 f16 loaded and
+ * widened by VCVTPH2PS) to their channels, and a lane mask zeroes the rest.
+ * Same loop structure as the AVX-512 kernels (kv_packed_avx512.c); reading 16
+ * bytes at the piece's first value relies on the blob's KVC_PACKED_PAD.
+ * Scalar reference: src/kv/codec/packed.c. */
+#include <immintrin.h>
+#include <string.h>
+
+#include "kv/codec/packed.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+enum { PV_TOKENS = 256 };
+
+/* perm[m][lane]: the packed value that lands in lane (the rank of the lane's
+ * bit among the set bits of m); filled once by the register function. */
+static int32_t perm[256][8];
+
+static void fill_perm(void) {
+    for (int m = 0; m < 256; m++) {
+        int rank = 0;
+        for (int lane = 0; lane < 8; lane++) perm[m][lane] = (m >> lane & 1) ? rank++ : 0;
+    }
+}
+
+ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, int g, int r) {
+    int gpp = 8 / g, pos = r * gpp;
+    unsigned gb = (bits[pos >> 5] >> (pos & 31)) & ((1u << gpp) - 1);
+    if (g == 1) return gb;
+    if (g == 2) return _pdep_u32(gb, 0x55u) * 3u;
+    return _pdep_u32(gb, 0x11u) * 15u;
+}
+
+ALWAYS_INLINE __m256 expand_piece(const kvc_f16 **p, unsigned m) {
+    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)*p));
+    *p += __builtin_popcount(m);
+    __m256 y = _mm256_permutevar8x32_ps(x, _mm256_loadu_si256((const __m256i *)perm[m]));
+    __m256i bit = _mm256_and_si256(_mm256_set1_epi32((int)m), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
+    return _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_cmpeq_epi32(bit, _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128))));
+}
+
+ALWAYS_INLINE float hsum(__m256 a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static void qk_avx2(const kvc_packed_view *k, int n, const float *q, int G, int ldq, float *s,
+                    int lds) {
+    int d = k->d, g = k->group, np = (d + 7) / 8;
+    for (int t = 0; t < n; t++) {
+        const uint32_t *bits = k->bits + (size_t)t * k->nw;
+        const kvc_f16 *vp = k->vals + (size_t)t * k->nv;
+        __m256 acc[KVC_PACKED_MAX_G];
+        for (int h = 0; h < G; h++) acc[h] = _mm256_setzero_ps();
+        for (int r = 0; r < np; r++) {
+            unsigned m = piece_mask(bits, g, r);
+            if (!m) continue;
+            int c0 = 8 * r; /* d is a multiple of 4: a piece has 8 or 4 channels */
+            __m256i lanes = d - c0 >= 8 ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
+            __m256 f = expand_piece(&vp, m);
+            for (int h = 0; h < G; h++)
+                acc[h] = _mm256_fmadd_ps(f, _mm256_maskload_ps(q + (size_t)h * ldq + c0, lanes), acc[h]);
+        }
+        for (int h = 0; h < G; h++) s[(size_t)h * lds + t] = hsum(acc[h]);
+    }
+}
+
+static void pv_block(const kvc_packed_view *v, int n, const float *p, int G, int ldp, float *o,
+                     int ldo) {
+    int d = v->d, g = v->group, np = (d + 7) / 8;
+    int off[PV_TOKENS];
+    memset(off, 0, (size_t)n * sizeof *off);
+    for (int r = 0; r < np; r++) {
+        int c0 = 8 * r; /* d is a multiple of 4: a piece has 8 or 4 channels */
+        int full = d - c0 >= 8;
+        __m256i lanes = full ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
+        __m256 acc[KVC_PACKED_MAX_G];
+        for (int h = 0; h < G; h++) acc[h] = _mm256_maskload_ps(o + (size_t)h * ldo + c0, lanes);
+        for (int t = 0; t < n; t++) {
+            unsigned m = piece_mask(v->bits + (size_t)t * v->nw, g, r);
+            if (!m) continue;
+            const kvc_f16 *vp = v->vals + (size_t)t * v->nv + off[t];
+            __m256 f = expand_piece(&vp, m);
+            off[t] += __builtin_popcount(m);
+            for (int h = 0; h < G; h++)
+                acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[(size_t)h * ldp + t]), f, acc[h]);
+        }
+        for (int h = 0; h < G; h++) _mm256_maskstore_ps(o + (size_t)h * ldo + c0, lanes, acc[h]);
+    }
+}
+
+static void pv_avx2(const kvc_packed_view *v, int n, const float *p, int G, int ldp, float *o,
+                    int ldo) {
+    for (int t0 = 0; t0 < n; t0 += PV_TOKENS) {
+        kvc_packed_view w = *v;
+        w.bits += (size_t)t0 * v->nw;
+        w.vals += (size_t)t0 * v->nv;
+        pv_block(&w, n - t0 < PV_TOKENS ? n - t0 : PV_TOKENS, p + t0, G, ldp, o, ldo);
+    }
+}
+
+void kvc_packed_register_avx2(kvc_packed_kernels *k) {
+    fill_perm();
+    k->qk = qk_avx2;
+    k->pv = pv_avx2;
+}
