@@ -197,6 +197,14 @@ typedef struct kvc_cache_stats {
      * the cache was created. */
     uint64_t far_bytes, far_read_bytes;
     double far_read_s;
+    /* Background work of a method (MosaicKV's manager thread), since the cache
+     * was created: jobs run, their thread CPU time, step boundaries that found
+     * a job still running (decode went on with the temporary form), and times
+     * the cache thread had to wait for one (0 for decode; stream frees wait). */
+    uint64_t bg_jobs;
+    double bg_busy_s;
+    uint64_t bg_pending_steps;
+    uint64_t bg_waits;
 } kvc_cache_stats;
 
 /* ---- inference context ---------------------------------------------------- */

@@ -414,6 +414,15 @@ static int bench_decode(int argc, char **argv) {
                        100 * r->other_s / d, r->peak_rss / 1048576.0, r->stats.in_use_bytes / 1048576.0,
                        r->far_read_bytes / 1024.0 / n_gen, 1e3 * r->far_read_s / n_gen);
             }
+            for (int k = 0; k < n_specs; k++) { /* methods with a background thread */
+                const kvc_bench_decode_row *r = &rows[k];
+                if (r->status != KVC_OK || !r->stats.bg_jobs) continue;
+                printf("%s: background thread: %llu jobs, %.3f ms CPU per decode token; %llu step "
+                       "boundaries found a job running (decode went on), %llu waits\n",
+                       r->spec, (unsigned long long)r->stats.bg_jobs, 1e3 * r->stats.bg_busy_s / n_gen,
+                       (unsigned long long)r->stats.bg_pending_steps,
+                       (unsigned long long)r->stats.bg_waits);
+            }
         }
         for (int k = 0; k < n_specs; k++) rc |= rows[k].status != KVC_OK;
     }

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kvcomp/progress.h"
+#include "base/blas.h"
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kvcomp/kvdump.h"
@@ -162,6 +163,10 @@ kvc_status kvc_bench_attn_run(const kvc_bench_attn_params *pin, char *const *spe
         if (p.ctxs[i] < 1 || p.ctxs[i] > (1 << 24))
             st = kvc_fail(KVC_ERR_ARG, "bench attn: --ctx %d outside [1, 16777216]", p.ctxs[i]);
     kvc_pool *pool = NULL;
+    /* as in inference (model/llama.c): the pool owns the threads, the cache's
+     * BLAS calls (MosaicKV's rotations, eigensolver) run single-threaded
+     * instead of leaving OpenBLAS threads spinning beside the timed steps */
+    kvc_blas_set_threads(1);
     if (st == KVC_OK) st = kvc_pool_create(p.n_threads, &pool);
     kvc_progress prog;
     kvc_progress_begin(&prog, "bench attn", (int64_t)p.n_ctxs * n_specs);

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -131,7 +132,7 @@ static void test_segments_and_format(void **state) {
     (void)state;
     int d = 64;
     /* 2 prompt segments of 256 + a tail of 100, then decode segments of 64 */
-    kvc_cache *c = run_case("mosaic:segment=256,maxseg=64,segloss=1e9,tokens=1", d, 612, 200, 1.0);
+    kvc_cache *c = run_case("mosaic:segment=256,maxseg=64,segloss=1e9,tokens=1,async=0", d, 612, 200, 1.0);
     for (int h = 0; h < 2; h++) {
         kvc_stream *s = kvc_cache_stream(c, 0, h);
         /* prompt segments 256, 256 and the tail: 100 tokens less the 612 % 32
@@ -190,6 +191,44 @@ static void test_ablations(void **state) {
     kvc_cache_free(c);
 }
 
+/* Decode segments closed by the manager thread while decode goes on: the
+ * attention checks of run_case hold at every checked step whatever the swap
+ * timing; once the manager is done, the next step boundary swaps every final
+ * chunk in; decode never waited (the counters). Run under ThreadSanitizer by
+ * make test-tsan. */
+static void test_manager_swaps_segments(void **state) {
+    (void)state;
+    int d = 64, nkv = 2, n_dec = 400;
+    kvc_cache *c = run_case("mosaic:segment=256,maxseg=64,segloss=1e9,tokens=0.2", d, 512, n_dec, 0.2);
+    /* decode segments: 400 decode tokens leave in buffers of 32, 64 per segment */
+    int expect_jobs = nkv * (n_dec / 64);
+    kvc_cache_stats st;
+    for (int spin = 0; spin < 200000; spin++) {
+        kvc_cache_stats_get(c, &st);
+        if (st.bg_jobs >= (uint64_t)expect_jobs) break;
+        struct timespec ts = {0, 100000};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(st.bg_jobs, expect_jobs);
+    assert_true(st.bg_busy_s > 0);
+    assert_int_equal(st.bg_waits, 0);
+    float k[2 * 64], v[2 * 64];
+    kvc_synth_kv(nkv, d, 912, 1, 11, k, v);
+    assert_int_equal(kvc_cache_append(c, 0, k, v), KVC_OK); /* a step boundary: swaps */
+    for (int h = 0; h < nkv; h++) {
+        kvc_stream *s = kvc_cache_stream(c, 0, h);
+        int64_t pos = 0;
+        int finals = 0;
+        for (int ci = 0; ci < s->n_chunks; ci++) {
+            assert_true(s->chunks[ci]->pos0 == pos);
+            pos += s->chunks[ci]->n;
+            finals += s->chunks[ci]->n == 64;
+        }
+        assert_int_equal(finals, n_dec / 64);
+    }
+    kvc_cache_free(c);
+}
+
 static void test_bad_specs(void **state) {
     (void)state;
     assert_int_equal(kvc_method_validate("mosaic:group=3"), KVC_ERR_ARG);
@@ -211,6 +250,7 @@ int main(void) {
         cmocka_unit_test(test_attention_equals_reference),
         cmocka_unit_test(test_selection_equals_reference_over_selected),
         cmocka_unit_test(test_ablations),
+        cmocka_unit_test(test_manager_swaps_segments),
         cmocka_unit_test(test_bad_specs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

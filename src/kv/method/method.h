@@ -143,6 +143,10 @@ typedef struct kvc_method_ops {
     /* Bytes of method-owned buffers (update buffers, CPU-side copies) for the stats. */
     uint64_t (*buffer_bytes)(const void *state, const kvc_stream *s, const void *sstate);
 
+    /* Optional, per cache: adds the method's background-thread counters
+     * (kvc_cache_stats bg_*) into acc. */
+    void (*background)(void *state, kvc_cache_stats *acc);
+
     /* The token ids of positions pos0 .. pos0+n-1, before their K/V arrive in
      * any layer (only if the forward pass calls kvc_cache_observe_tokens);
      * text (may be NULL) gives a token's bytes, e.g. to find punctuation (SentKV). */

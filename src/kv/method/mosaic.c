@@ -21,21 +21,29 @@
  *   within `tokens` of the selectable tokens (stage 2, §4.2), and the dense
  *   chunks of a segment that has no strategy yet.
  *
+ * - Decode segments close on the manager thread (mosaic_manager.c, §5.4):
+ *   decode continues with the temporary chunks and the step hook swaps the
+ *   final chunk in when it is ready; prompt segments close at once (the
+ *   paper encodes them during prefill).
+ *
  * Switches rotate / pervector / dynamic give the ablation steps of the
  * paper's Figure 9. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base/status.h"
 #include "kv/codec/dense.h"
 #include "kv/method/method.h"
+#include "kv/method/mosaic_manager.h"
 #include "kv/method/mosaic_strategy.h"
 
 typedef struct mosaic_cfg {
     float keep, tokens, trunc, loss, var, segloss;
-    int segment, maxseg, window, group, block, rotate, pervector, dynamic;
+    int segment, maxseg, window, group, block, rotate, pervector, dynamic, async;
 } mosaic_cfg;
 
 #define P_FLOAT(k, f, d, lo, hi, h) \
@@ -48,7 +56,7 @@ static const kvc_param mosaic_params[] = {
     P_FLOAT("keep", keep, "0.25", 0.01, 1, "fraction of head_dim elements kept per K/V vector (middle rate candidate)"),
     P_FLOAT("tokens", tokens, "0.1", 0, 1, "fraction of the compressed tokens attended (stage-2 block selection)"),
     P_FLOAT("trunc", trunc, "0.25", 0, 0.75, "fraction of rotated channels truncated per segment"),
-    P_FLOAT("loss", loss, "0.2", 0, 1, "loss threshold of the rate / group-size choice (fraction of energy dropped)"),
+    P_FLOAT("loss", loss, "0.15", 0, 1, "loss threshold of the rate / group-size choice (fraction of energy dropped)"),
     P_FLOAT("var", var, "0.5", 0, 1, "threshold of intra-block key variance / segment variance for the block size"),
     P_FLOAT("segloss", segloss, "64", 0, 1e9, "decode segments close when their accumulated loss reaches this"),
     P_INT("segment", segment, "2048", 32, 1 << 20, "prompt tokens per segment"),
@@ -59,6 +67,7 @@ static const kvc_param mosaic_params[] = {
     P_BOOL("rotate", rotate, "1", "rotate each segment by its eigenvectors (0: original channels)"),
     P_BOOL("pervector", pervector, "1", "per-vector top-r elements (0: one channel set per segment, dense)"),
     P_BOOL("dynamic", dynamic, "1", "per-segment rate, group and block choice (0: keep, group 1, block 8)"),
+    P_BOOL("async", async, "1", "close decode segments on the manager thread (0: on the decode path)"),
 };
 
 static kvc_status mosaic_check(const void *cfgp) {
@@ -79,6 +88,9 @@ typedef struct mosaic_state {
     mosaic_cfg cfg;
     kvc_mosaic_opts opts;
     int dim;
+    kvc_mosaic_manager *mgr;     /* NULL: async=0 */
+    atomic_llong pending_steps;  /* step boundaries that found a segment still being closed */
+    atomic_llong waits;          /* times the cache thread waited for the manager (stream free) */
 } mosaic_state;
 
 typedef struct mosaic_stream {
@@ -91,6 +103,8 @@ typedef struct mosaic_stream {
     int batch;               /* the last append was a prompt batch (several tokens or queries) */
     double loss;             /* their accumulated loss under cur */
     kvc_cov ck, cv;
+    kvc_mosaic_job *pending; /* segments closing on the manager, oldest first */
+    uint64_t seq, cur_seq;   /* segments closed so far; the one cur came from */
 } mosaic_stream;
 
 static kvc_status mosaic_create(const kvc_method_env *env, void **state) {
@@ -104,13 +118,38 @@ static kvc_status mosaic_create(const kvc_method_env *env, void **state) {
     st->opts = (kvc_mosaic_opts){.keep = c->keep, .trunc = c->trunc, .loss = c->loss, .var = c->var,
                                  .group = c->group, .block = c->block, .rotate = c->rotate,
                                  .pervector = c->pervector, .dynamic = c->dynamic};
+    if (c->async) {
+        kvc_status r = kvc_mosaic_manager_start(&st->mgr);
+        if (r != KVC_OK) {
+            free(st);
+            return r;
+        }
+    }
     *state = st;
     return KVC_OK;
 }
 
-static void mosaic_destroy(void *state) { free(state); }
+static void mosaic_destroy(void *state) {
+    mosaic_state *st = state;
+    kvc_mosaic_manager_stop(st->mgr);
+    free(st);
+}
 
-static void stream_release(mosaic_stream *ms) {
+/* Frees a stream state; segments still closing on the manager are waited
+ * for (their jobs own memory the manager is using) and discarded. */
+static void stream_release(mosaic_state *st, mosaic_stream *ms) {
+    while (ms->pending) {
+        kvc_mosaic_job *j = ms->pending;
+        if (!atomic_load_explicit(&j->done, memory_order_acquire)) {
+            atomic_fetch_add(&st->waits, 1);
+            while (!atomic_load_explicit(&j->done, memory_order_acquire)) {
+                struct timespec ts = {0, 100000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        ms->pending = j->next_pending;
+        kvc_mosaic_job_free(j);
+    }
     kvc_mosaic_strategy_clear(&ms->cur);
     free(ms->ok);
     free(ms->ov);
@@ -126,7 +165,7 @@ static kvc_status mosaic_stream_init(void *state, kvc_stream *s, void **sstate) 
     kvc_status r = kvc_cov_init(&ms->ck, st->dim);
     if (r == KVC_OK) r = kvc_cov_init(&ms->cv, st->dim);
     if (r != KVC_OK) {
-        stream_release(ms);
+        stream_release(state, ms);
         return r;
     }
     *sstate = ms;
@@ -134,7 +173,7 @@ static kvc_status mosaic_stream_init(void *state, kvc_stream *s, void **sstate) 
 }
 
 static void mosaic_stream_free(void *state, kvc_stream *s, void *sstate) {
-    if (sstate) stream_release(sstate);
+    if (sstate) stream_release(state, sstate);
 }
 
 static int mosaic_hot_leave(void *state, kvc_stream *s, void *sstate) {
@@ -162,33 +201,85 @@ static kvc_status push_chunk(kvc_stream *s, kvc_chunk *c) {
     return st;
 }
 
-/* Closes the open segment: its strategy, its final chunk in place of the
- * temporary ones; the new strategy becomes the current one. */
-static kvc_status close_segment(const mosaic_state *st, kvc_stream *s, mosaic_stream *ms) {
-    int d = st->dim;
-    kvc_mosaic_strategy next;
-    KVC_TRY(kvc_mosaic_strategy_make(&st->opts, d, &ms->ck, &ms->cv, ms->ok, ms->ov, ms->n_open, d,
-                                     &next));
-    kvc_chunk *c = NULL;
-    kvc_status r = kvc_mosaic_encode(&next, ms->ok, ms->ov, ms->n_open, d, ms->open_pos0, &c);
-    if (r == KVC_OK) {
-        KVC_CHECK(ms->n_temp <= s->n_chunks, KVC_ERR_INTERNAL, "mosaic: %d temporary chunks of %d",
-                  ms->n_temp, s->n_chunks);
-        r = kvc_stream_replace(s, s->n_chunks - ms->n_temp, ms->n_temp, &c, 1);
-        if (r != KVC_OK) kvc_stream_chunk_free(s, c);
+/* Puts a closed segment's chunk in place of its temporary chunks: those of
+ * job j sit before the temporary chunks of every newer pending segment and
+ * of the open one. Its strategy becomes the current one unless a newer
+ * segment's already is. Takes the job out of the pending list and frees it. */
+static kvc_status apply_job(kvc_stream *s, mosaic_stream *ms, kvc_mosaic_job *j) {
+    if (j->st != KVC_OK) return kvc_fail(j->st, "mosaic: closing a segment: %s", j->err);
+    int after = ms->n_temp;
+    for (kvc_mosaic_job *o = j->next_pending; o; o = o->next_pending) after += o->n_temp;
+    int first = s->n_chunks - after - j->n_temp;
+    KVC_CHECK(first >= 0, KVC_ERR_INTERNAL, "mosaic: temporary chunks [%d, +%d) of %d", first,
+              j->n_temp, s->n_chunks);
+    KVC_TRY(kvc_stream_replace(s, first, j->n_temp, &j->chunk, 1));
+    j->chunk = NULL; /* the stream owns it */
+    if (j->seq > ms->cur_seq) {
+        kvc_mosaic_strategy_clear(&ms->cur);
+        ms->cur = j->strat;
+        ms->cur_seq = j->seq;
+        j->strat = (kvc_mosaic_strategy){0};
     }
+    kvc_mosaic_job **pp = &ms->pending;
+    while (*pp != j) pp = &(*pp)->next_pending;
+    *pp = j->next_pending;
+    kvc_mosaic_job_free(j);
+    return KVC_OK;
+}
+
+/* Closes the open segment: a job with the segment's rows and second moments
+ * (moved out of the stream), run here or on the manager; the stream starts
+ * a new open segment at once. */
+static kvc_status close_segment(mosaic_state *st, kvc_stream *s, mosaic_stream *ms, int async) {
+    int d = st->dim;
+    kvc_mosaic_job *j = calloc(1, sizeof *j);
+    if (!j) return kvc_fail(KVC_ERR_NOMEM, "mosaic: segment job");
+    kvc_status r = kvc_cov_init(&j->ck, d);
+    if (r == KVC_OK) r = kvc_cov_init(&j->cv, d);
     if (r != KVC_OK) {
-        kvc_mosaic_strategy_clear(&next);
+        kvc_mosaic_job_free(j);
         return r;
     }
-    kvc_mosaic_strategy_clear(&ms->cur);
-    ms->cur = next;
+    /* swap the accumulators: the job takes the segment's, the stream keeps fresh ones */
+    kvc_cov t = j->ck; j->ck = ms->ck; ms->ck = t;
+    t = j->cv; j->cv = ms->cv; ms->cv = t;
+    j->opts = st->opts;
+    j->d = d;
+    j->n = ms->n_open;
+    j->pos0 = ms->open_pos0;
+    j->k = ms->ok;
+    j->v = ms->ov;
+    j->n_temp = ms->n_temp;
+    j->seq = ++ms->seq;
+    ms->ok = ms->ov = NULL;
+    ms->cap = 0;
     ms->n_temp = 0;
     ms->n_open = 0;
     ms->decode = 0;
     ms->loss = 0.0;
-    kvc_cov_reset(&ms->ck);
-    kvc_cov_reset(&ms->cv);
+    kvc_mosaic_job **pp = &ms->pending; /* newest last */
+    while (*pp) pp = &(*pp)->next_pending;
+    *pp = j;
+    if (async && st->mgr) {
+        kvc_mosaic_manager_submit(st->mgr, j);
+        return KVC_OK;
+    }
+    kvc_mosaic_job_run(j);
+    return apply_job(s, ms, j);
+}
+
+/* Step boundary: segments the manager finished replace their temporary chunks. */
+static kvc_status mosaic_step(void *state, kvc_stream *s, void *sstate) {
+    mosaic_state *st = state;
+    mosaic_stream *ms = sstate;
+    KVC_CHECK(ms, KVC_ERR_NOMEM, "mosaic: stream state missing (a failed reset)");
+    int waiting = 0;
+    for (kvc_mosaic_job *j = ms->pending, *next; j; j = next) {
+        next = j->next_pending;
+        if (atomic_load_explicit(&j->done, memory_order_acquire)) KVC_TRY(apply_job(s, ms, j));
+        else waiting = 1;
+    }
+    if (waiting) atomic_fetch_add(&st->pending_steps, 1);
     return KVC_OK;
 }
 
@@ -224,8 +315,9 @@ static int tokens_until_close(const mosaic_state *st, mosaic_stream *ms, const f
  * full; tokens of a segment still open are stored temporarily. */
 static kvc_status mosaic_build_chunk(void *state, kvc_stream *s, void *sstate, const float *k,
                                      const float *v, int n, int64_t pos0, kvc_chunk **out) {
-    const mosaic_state *st = state;
+    mosaic_state *st = state;
     mosaic_stream *ms = sstate;
+    KVC_CHECK(ms, KVC_ERR_NOMEM, "mosaic: stream state missing (a failed reset)");
     int d = st->dim;
     int batch = ms->batch;
     *out = NULL;
@@ -241,7 +333,7 @@ static kvc_status mosaic_build_chunk(void *state, kvc_stream *s, void *sstate, c
         kvc_cov_add(&ms->cv, vb, take, d);
         ms->n_open += take;
         if (close) {
-            KVC_TRY(close_segment(st, s, ms));
+            KVC_TRY(close_segment(st, s, ms, ms->decode)); /* prompt segments close at once */
         } else {
             kvc_chunk *c = NULL;
             if (ms->cur.xf) {
@@ -263,8 +355,9 @@ static kvc_status mosaic_build_chunk(void *state, kvc_stream *s, void *sstate, c
 static kvc_status mosaic_on_append(void *state, kvc_stream *s, void *sstate, int n, const float *k,
                                    const float *v, const float *q) {
     mosaic_stream *ms = sstate;
+    KVC_CHECK(ms, KVC_ERR_NOMEM, "mosaic: stream state missing (a failed reset)");
     ms->batch = n > 1 || q != NULL;
-    if (!ms->batch && !ms->decode && ms->n_open > 0) return close_segment(state, s, ms);
+    if (!ms->batch && !ms->decode && ms->n_open > 0) return close_segment(state, s, ms, 0);
     return KVC_OK;
 }
 
@@ -279,7 +372,24 @@ static kvc_select_plan mosaic_select(void *state, kvc_stream *s, void *sstate) {
 static uint64_t mosaic_buffer_bytes(const void *state, const kvc_stream *s, const void *sstate) {
     const mosaic_stream *ms = sstate;
     int d = ((const mosaic_state *)state)->dim;
-    return sizeof *ms + (uint64_t)ms->cap * d * 2 * sizeof(float) + (uint64_t)2 * d * d * sizeof(double);
+    if (!ms) return 0;
+    uint64_t b = sizeof *ms + (uint64_t)ms->cap * d * 2 * sizeof(float) + (uint64_t)2 * d * d * sizeof(double);
+    for (const kvc_mosaic_job *j = ms->pending; j; j = j->next_pending) /* the CPU-side copies */
+        b += sizeof *j + (uint64_t)j->n * d * 2 * sizeof(float) + (uint64_t)2 * d * d * sizeof(double);
+    return b;
+}
+
+static void mosaic_background(void *state, kvc_cache_stats *acc) {
+    mosaic_state *st = state;
+    if (st->mgr) {
+        int64_t jobs;
+        double busy;
+        kvc_mosaic_manager_stats(st->mgr, &jobs, &busy);
+        acc->bg_jobs += (uint64_t)jobs;
+        acc->bg_busy_s += busy;
+    }
+    acc->bg_pending_steps += (uint64_t)atomic_load(&st->pending_steps);
+    acc->bg_waits += (uint64_t)atomic_load(&st->waits);
 }
 
 const kvc_method kvc_method_mosaic = {
@@ -300,7 +410,9 @@ const kvc_method kvc_method_mosaic = {
         .on_append = mosaic_on_append,
         .hot_leave = mosaic_hot_leave,
         .build_chunk = mosaic_build_chunk,
+        .step = mosaic_step,
         .select = mosaic_select,
         .buffer_bytes = mosaic_buffer_bytes,
+        .background = mosaic_background,
     },
 };
