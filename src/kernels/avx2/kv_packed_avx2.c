@@ -56,6 +56,7 @@ static void qk_avx2(const kvc_packed_view *k, int n, const float *q, int G, int 
         const uint32_t *bits = k->bits + (size_t)t * k->nw;
         const kvc_f16 *vp = k->vals + (size_t)t * k->nv;
         __m256 acc[KVC_PACKED_MAX_G];
+        #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm256_setzero_ps();
         for (int r = 0; r < np; r++) {
             unsigned m = piece_mask(bits, g, r);
@@ -63,9 +64,11 @@ static void qk_avx2(const kvc_packed_view *k, int n, const float *q, int G, int 
             int c0 = 8 * r; /* d is a multiple of 4: a piece has 8 or 4 channels */
             __m256i lanes = d - c0 >= 8 ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
             __m256 f = expand_piece(&vp, m);
+            #pragma GCC unroll 8
             for (int h = 0; h < G; h++)
                 acc[h] = _mm256_fmadd_ps(f, _mm256_maskload_ps(q + (size_t)h * ldq + c0, lanes), acc[h]);
         }
+        #pragma GCC unroll 8
         for (int h = 0; h < G; h++) s[(size_t)h * lds + t] = hsum(acc[h]);
     }
 }
@@ -80,6 +83,7 @@ static void pv_block(const kvc_packed_view *v, int n, const float *p, int G, int
         int full = d - c0 >= 8;
         __m256i lanes = full ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
         __m256 acc[KVC_PACKED_MAX_G];
+        #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm256_maskload_ps(o + (size_t)h * ldo + c0, lanes);
         for (int t = 0; t < n; t++) {
             unsigned m = piece_mask(v->bits + (size_t)t * v->nw, g, r);
@@ -87,9 +91,11 @@ static void pv_block(const kvc_packed_view *v, int n, const float *p, int G, int
             const kvc_f16 *vp = v->vals + (size_t)t * v->nv + off[t];
             __m256 f = expand_piece(&vp, m);
             off[t] += __builtin_popcount(m);
+            #pragma GCC unroll 8
             for (int h = 0; h < G; h++)
                 acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[(size_t)h * ldp + t]), f, acc[h]);
         }
+        #pragma GCC unroll 8
         for (int h = 0; h < G; h++) _mm256_maskstore_ps(o + (size_t)h * ldo + c0, lanes, acc[h]);
     }
 }

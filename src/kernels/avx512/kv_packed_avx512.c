@@ -27,9 +27,13 @@ ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, int g, int r) {
     return _pdep_u32(gb, 0x1111u) * 15u;
 }
 
-/* The piece's 16 values as f32 (zeros outside the mask); advances *p. */
+/* The piece's 16 values as f32 (zeros outside the mask); advances *p. The
+ * empty asm keeps the load a plain load: folded into VPEXPANDW's memory form
+ * the expand was several times slower (perf, AMD EPYC of docs/benchmarks.md). */
 ALWAYS_INLINE __m512 expand_piece(const kvc_f16 **p, unsigned m) {
-    __m256i x = _mm256_maskz_expand_epi16((__mmask16)m, _mm256_loadu_si256((const __m256i *)*p));
+    __m256i raw = _mm256_loadu_si256((const __m256i *)*p);
+    __asm__("" : "+v"(raw));
+    __m256i x = _mm256_maskz_expand_epi16((__mmask16)m, raw);
     *p += __builtin_popcount(m);
     return _mm512_cvtph_ps(x);
 }
@@ -54,7 +58,12 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
     for (int t = 0; t < n; t++) {
         const uint32_t *bits = k->bits + (size_t)t * k->nw;
         const kvc_f16 *vp = k->vals + (size_t)t * k->nv;
+        /* the two streams (bitmaps, values) run ahead of the hardware prefetcher */
+        _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv), _MM_HINT_T0);
+        _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv) + 64, _MM_HINT_T0);
+        _mm_prefetch((const char *)(bits + 16 * (size_t)k->nw), _MM_HINT_T0);
         __m512 acc[8];
+        #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm512_setzero_ps();
         for (int r = 0; r < np; r++) {
             unsigned m = piece_mask(bits, g, r);
@@ -62,15 +71,19 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
             int c0 = 16 * r, w = d - c0 < 16 ? d - c0 : 16;
             __mmask16 lanes = (__mmask16)((1u << w) - 1);
             __m512 f = expand_piece(&vp, m);
+            #pragma GCC unroll 8
             for (int h = 0; h < G; h++)
                 acc[h] = _mm512_fmadd_ps(f, _mm512_maskz_loadu_ps(lanes, q + (size_t)h * ldq + c0), acc[h]);
         }
+#pragma GCC unroll 2
         for (int h0 = 0; h0 < G; h0 += 4) { /* four heads reduced together */
             __m512 z = _mm512_setzero_ps();
             float r4[4];
             _mm_storeu_ps(r4, reduce4(acc[h0], h0 + 1 < G ? acc[h0 + 1] : z, h0 + 2 < G ? acc[h0 + 2] : z,
                                       h0 + 3 < G ? acc[h0 + 3] : z));
-            for (int h = h0; h < G && h < h0 + 4; h++) s[(size_t)h * lds + t] = r4[h - h0];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                if (h0 + i < G) s[(size_t)(h0 + i) * lds + t] = r4[i];
         }
     }
 }
@@ -85,16 +98,24 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
         int c0 = 16 * r, w = d - c0 < 16 ? d - c0 : 16;
         __mmask16 lanes = (__mmask16)((1u << w) - 1);
         __m512 acc[8];
+        #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm512_maskz_loadu_ps(lanes, o + (size_t)h * ldo + c0);
         for (int t = 0; t < n; t++) {
+            if (r == 0) { /* first pass over the tokens: fetch ahead */
+                _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv), _MM_HINT_T0);
+                _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv) + 64, _MM_HINT_T0);
+                _mm_prefetch((const char *)(v->bits + (size_t)(t + 16) * v->nw), _MM_HINT_T0);
+            }
             unsigned m = piece_mask(v->bits + (size_t)t * v->nw, g, r);
             if (!m) continue;
             const kvc_f16 *vp = v->vals + (size_t)t * v->nv + off[t];
             __m512 f = expand_piece(&vp, m);
             off[t] += __builtin_popcount(m);
+            #pragma GCC unroll 8
             for (int h = 0; h < G; h++)
                 acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(p[(size_t)h * ldp + t]), f, acc[h]);
         }
+        #pragma GCC unroll 8
         for (int h = 0; h < G; h++) _mm512_mask_storeu_ps(o + (size_t)h * ldo + c0, lanes, acc[h]);
     }
 }
