@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kv/codec/bitmap.h"
+#include "kernels/avx512/kv_avx512_util.h"
 #include "kv/codec/prune.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -28,18 +29,6 @@ ALWAYS_INLINE const kvc_f16 *expand_tile(const kvc_f16 *p, uint64_t m, __m512 f[
         f[r] = _mm512_cvtph_ps(x);
     }
     return p;
-}
-
-/* [sum(a0), sum(a1), sum(a2), sum(a3)] */
-ALWAYS_INLINE __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-    __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
-    __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
-    __m512d x = _mm512_castps_pd(s01), y = _mm512_castps_pd(s23);
-    __m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 /* acc[h] = lanes whose sum is q_h . K[tok] for one token (G heads). */
@@ -83,7 +72,7 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, co
         token_dot(k, nt, (size_t)i + 3, qs, G, a3);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++)
-            _mm_storeu_ps(scores + (size_t)h * ld + i, reduce4(a0[h], a1[h], a2[h], a3[h]));
+            _mm_storeu_ps(scores + (size_t)h * ld + i, kvc_reduce4_avx512(a0[h], a1[h], a2[h], a3[h]));
     }
     for (; i < n; i++) {
         __m512 a0[4];

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kv/codec/packed.h"
+#include "kernels/avx512/kv_avx512_util.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -36,18 +37,6 @@ ALWAYS_INLINE __m512 expand_piece(const kvc_f16 **p, unsigned m) {
     __m256i x = _mm256_maskz_expand_epi16((__mmask16)m, raw);
     *p += __builtin_popcount(m);
     return _mm512_cvtph_ps(x);
-}
-
-/* [sum(a0), sum(a1), sum(a2), sum(a3)] */
-ALWAYS_INLINE __m128 reduce4(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-    __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(a0, a1), _mm512_unpackhi_ps(a0, a1));
-    __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(a2, a3), _mm512_unpackhi_ps(a2, a3));
-    __m512d x = _mm512_castps_pd(s01), y = _mm512_castps_pd(s23);
-    __m512 s = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(x, y)),
-                             _mm512_castpd_ps(_mm512_unpackhi_pd(x, y)));
-    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(s),
-                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s), 1)));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 /* Heads [0, G) with G a compile-time constant after inlining, so that the
@@ -79,7 +68,7 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
         for (int h0 = 0; h0 < G; h0 += 4) { /* four heads reduced together */
             __m512 z = _mm512_setzero_ps();
             float r4[4];
-            _mm_storeu_ps(r4, reduce4(acc[h0], h0 + 1 < G ? acc[h0 + 1] : z, h0 + 2 < G ? acc[h0 + 2] : z,
+            _mm_storeu_ps(r4, kvc_reduce4_avx512(acc[h0], h0 + 1 < G ? acc[h0 + 1] : z, h0 + 2 < G ? acc[h0 + 2] : z,
                                       h0 + 3 < G ? acc[h0 + 3] : z));
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++)
