@@ -32,10 +32,10 @@ void kvc_report_stats_json(kvc_json *j, const char *key, const kvc_cache_stats *
     kvc_json_kv_uint(j, "far_bytes", s->far_bytes);
     kvc_json_kv_uint(j, "far_read_bytes", s->far_read_bytes);
     kvc_json_kv_num(j, "far_read_s", s->far_read_s);
-    kvc_json_kv_int(j, "bg_jobs", (int64_t)s->bg_jobs);
+    kvc_json_kv_uint(j, "bg_jobs", s->bg_jobs);
     kvc_json_kv_num(j, "bg_busy_s", s->bg_busy_s);
-    kvc_json_kv_int(j, "bg_pending_steps", (int64_t)s->bg_pending_steps);
-    kvc_json_kv_int(j, "bg_waits", (int64_t)s->bg_waits);
+    kvc_json_kv_uint(j, "bg_pending_steps", s->bg_pending_steps);
+    kvc_json_kv_uint(j, "bg_waits", s->bg_waits);
     kvc_json_obj_end(j);
 }
 

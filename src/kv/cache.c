@@ -403,10 +403,11 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
         sel += c->usage[i].selected, reused += c->usage[i].reused;
         seen += (uint64_t)s->n_pos;
     }
-    for (int j = 0; j < c->spec.n; j++)
+    for (int j = 0; j < c->spec.n; j++) {
         if (c->spec.m[j]->ops.far_stats)
             c->spec.m[j]->ops.far_stats(c->mstate[j], &out->far_bytes, &out->far_read_bytes, &out->far_read_s);
         if (c->spec.m[j]->ops.background) c->spec.m[j]->ops.background(c->mstate[j], out);
+    }
     out->buffer_bytes += kvc_attend_ws_bytes(c->ws);
     for (int i = 0; i < c->n_pws; i++) out->buffer_bytes += kvc_prefill_ws_bytes(c->pws[i]);
     int nl = c->shape.n_layers, nkv = c->shape.n_kv_heads, d = c->shape.head_dim;

@@ -52,7 +52,6 @@ static void test_methods_threads(void **state) {
         "h2o:0.5,block=8",    "think:0.5,window=8,block=8,obs=4",
         "quest:0.3,page=4,dense=1,block=16", "streaming:0.3,block=8",
         "sentkv:0.3,L=6,delta=3,recent=4,block=16",
-        "quest:0.3,page=4,dense=1,block=16",
         "mosaic:segment=32,maxseg=32,window=16,async=0",
     };
     kvc_model *m = NULL;
