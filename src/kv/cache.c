@@ -43,10 +43,27 @@ void kvc_cache_free(kvc_cache *c) {
     free(c->usage);
     free(c->reqs);
     free(c->hook_st);
+    free(c->qmap);
     kvc_attend_ws_free(c->ws);
     for (int i = 0; i < c->n_pws; i++) kvc_prefill_ws_free(c->pws[i]);
     free(c->pws);
     free(c);
+}
+
+/* The space a stream lives in, from the layer of the stack that provides one
+ * (the `rot` modifier): a transform that maps keys, values and queries alike. */
+static kvc_status set_stream_space(kvc_cache *c, kvc_stream *s) {
+    for (int j = 0; j < c->spec.n; j++) {
+        if (!c->spec.m[j]->ops.stream_xform) continue;
+        kvc_xform *x = c->spec.m[j]->ops.stream_xform(c->mstate[j], s->layer, s->head);
+        KVC_CHECK(x && x->ops->apply && x->dim_in == s->dim && x->dim_k == s->dim && x->dim_v == s->dim,
+                  KVC_ERR_INTERNAL, "method %s: stream transform of layer %d, head %d does not map %d channels",
+                  c->spec.m[j]->name, s->layer, s->head, s->dim);
+        KVC_CHECK(!s->xf, KVC_ERR_ARG, "KV spec: two layers give the streams a transformed space");
+        s->xf = kvc_xform_retain(x);
+        c->any_xf = 1;
+    }
+    return KVC_OK;
 }
 
 static kvc_status init_streams(kvc_cache *c) {
@@ -59,6 +76,7 @@ static kvc_status init_streams(kvc_cache *c) {
             c->streams[l * c->shape.n_kv_heads + h] = s;
             s->chunk_user_free = chunk_user_free;
             s->chunk_user_ctx = c;
+            KVC_TRY(set_stream_space(c, s));
             for (int j = 0; j < c->spec.n; j++)
                 if (c->spec.m[j]->ops.stream_init)
                     KVC_TRY(c->spec.m[j]->ops.stream_init(c->mstate[j], s, &s->mstate[j]));
@@ -122,6 +140,8 @@ kvc_status kvc_cache_create(const kvc_cache_shape *shape, const char *spec, stru
         if (m->ops.on_append) c->any_on_append = 1;
     }
     if (st == KVC_OK) st = init_streams(c);
+    if (st == KVC_OK && c->any_xf && !(c->qmap = malloc((size_t)shape->n_heads * shape->head_dim * sizeof *c->qmap)))
+        st = kvc_fail(KVC_ERR_NOMEM, "mapped queries");
     if (st != KVC_OK) {
         kvc_cache_free(c);
         return st;
@@ -182,18 +202,39 @@ static kvc_status build_wrap(void *ctx, kvc_stream *s, const float *k, const flo
     return c->spec.m[j]->ops.build_chunk(c->mstate[j], s, s->mstate[j], k, v, n, pos0, out);
 }
 
+/* k, v rows [n] at stride ld mapped into the stream's space: *kv [2][n][dim]
+ * (malloc'd, the caller frees it). */
+static kvc_status map_kv(const kvc_stream *s, int n, const float *k, const float *v, int ld, float **kv) {
+    int d = s->dim;
+    *kv = malloc((size_t)2 * n * d * sizeof **kv);
+    if (!*kv) return kvc_fail(KVC_ERR_NOMEM, "mapped keys and values (%d tokens)", n);
+    s->xf->ops->apply(s->xf, 0, k, n, ld, *kv, d);
+    s->xf->ops->apply(s->xf, 1, v, n, ld, *kv + (size_t)n * d, d);
+    return KVC_OK;
+}
+
 /* Appends n tokens to one stream: k, v rows at stride ld; q (n rows at stride
- * ldq of G*dim floats) or NULL. */
+ * ldq of G*dim floats) or NULL; all in the original space unless `mapped`
+ * (prefill maps them into the stream's space before it attends). */
 static kvc_status append_stream(kvc_cache *c, kvc_stream *s, int n, const float *k, const float *v,
-                                int ld, const float *q, int ldq, float *qbuf) {
+                                int ld, const float *q, int ldq, float *qbuf, int mapped) {
     int d = s->dim;
     for (int j = 0; j < c->spec.n; j++)
         if (c->spec.m[j]->ops.step) KVC_TRY(c->spec.m[j]->ops.step(c->mstate[j], s, s->mstate[j]));
-    KVC_TRY(kvc_stream_hot_push(s, k, v, n, ld));
+    if (s->xf && !mapped) {
+        float *kv;
+        KVC_TRY(map_kv(s, n, k, v, ld, &kv));
+        kvc_status st = kvc_stream_hot_push(s, kv, kv + (size_t)n * d, n, d);
+        free(kv);
+        KVC_TRY(st);
+    } else {
+        KVC_TRY(kvc_stream_hot_push(s, k, v, n, ld));
+    }
     if (c->any_on_append) {
         const float *qg = NULL;
         if (q && qbuf) {
             for (int i = 0; i < n; i++) memcpy(qbuf + (size_t)i * c->G * d, q + (size_t)i * ldq, (size_t)c->G * d * 4);
+            if (s->xf && !mapped) s->xf->ops->apply(s->xf, 0, qbuf, n * c->G, d, qbuf, d);
             qg = qbuf;
         }
         const float *hk, *hv; /* the tokens as stored (f16-rounded in an f16 window) */
@@ -217,6 +258,7 @@ typedef struct append_job {
     int layer, n;
     const float *k, *v, *q;
     float *qbuf; /* [n_kv][n][G][d] or NULL */
+    int mapped;  /* k, v, q already in the streams' spaces */
 } append_job;
 
 static void append_task(void *ctx, int h, int thread) {
@@ -228,11 +270,11 @@ static void append_task(void *ctx, int h, int thread) {
     const float *q = a->q ? a->q + (size_t)h * c->G * d : NULL;
     float *qb = a->qbuf ? a->qbuf + (size_t)h * a->n * c->G * d : NULL;
     c->hook_st[h] = append_stream(c, s, a->n, a->k + (size_t)h * d, a->v + (size_t)h * d, nkv * d, q,
-                                  c->shape.n_heads * d, qb);
+                                  c->shape.n_heads * d, qb, a->mapped);
 }
 
-kvc_status kvc_cache_append_n(kvc_cache *c, int layer, int n, const float *k, const float *v,
-                              const float *q) {
+static kvc_status append_layer(kvc_cache *c, int layer, int n, const float *k, const float *v,
+                               const float *q, int mapped) {
     KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
               layer, c->shape.n_layers);
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "cache: appending %d tokens", n);
@@ -241,7 +283,7 @@ kvc_status kvc_cache_append_n(kvc_cache *c, int layer, int n, const float *k, co
               "cache layer %d: %lld + %d tokens exceed the capacity of %d tokens", layer,
               (long long)have, n, c->shape.max_tokens);
     if (n == 0) return KVC_OK;
-    append_job a = {.c = c, .layer = layer, .n = n, .k = k, .v = v, .q = q, .qbuf = NULL};
+    append_job a = {.c = c, .layer = layer, .n = n, .k = k, .v = v, .q = q, .qbuf = NULL, .mapped = mapped};
     if (q && c->any_on_append) {
         a.qbuf = malloc((size_t)c->shape.n_kv_heads * n * c->G * c->shape.head_dim * sizeof(float));
         if (!a.qbuf) return kvc_fail(KVC_ERR_NOMEM, "prefill queries for the method (%d tokens)", n);
@@ -250,6 +292,11 @@ kvc_status kvc_cache_append_n(kvc_cache *c, int layer, int n, const float *k, co
     free(a.qbuf);
     for (int h = 0; h < c->shape.n_kv_heads; h++) KVC_TRY(c->hook_st[h]);
     return KVC_OK;
+}
+
+kvc_status kvc_cache_append_n(kvc_cache *c, int layer, int n, const float *k, const float *v,
+                              const float *q) {
+    return append_layer(c, layer, n, k, v, q, 0);
 }
 
 kvc_status kvc_cache_append(kvc_cache *c, int layer, const float *k, const float *v) {
@@ -291,6 +338,11 @@ kvc_status kvc_cache_attend_opts(kvc_cache *c, int layer, const float *q, float 
     for (int h = 0; h < nkv; h++) {
         kvc_stream *s = c->streams[layer * nkv + h];
         const float *qh = q + (size_t)h * c->G * d;
+        if (s->xf) { /* the query once into the stream's space */
+            float *qm = c->qmap + (size_t)h * c->G * d;
+            s->xf->ops->prepare_q(s->xf, qh, c->G, d, qm, d);
+            qh = qm;
+        }
         for (int j = 0; j < c->spec.n; j++)
             if (c->spec.m[j]->ops.on_query) KVC_TRY(c->spec.m[j]->ops.on_query(c->mstate[j], s, s->mstate[j], qh));
         kvc_select_plan plan = {.budget = -1, .reuse = 0};
@@ -304,6 +356,13 @@ kvc_status kvc_cache_attend_opts(kvc_cache *c, int layer, const float *q, float 
     kvc_attend_opts o = {.G = c->G, .split = split, .on_attn = c->want_attn ? on_attn_cb : NULL,
                          .on_select = on_select_cb, .cb_ctx = c};
     KVC_TRY(kvc_attend(c->reqs, nkv, &o, c->pool, c->ws));
+    for (int h = 0; h < nkv; h++) { /* and the output once back */
+        const kvc_xform *x = c->reqs[h].s->xf;
+        if (!x) continue;
+        float *oh = out + (size_t)h * c->G * d, *tmp = c->qmap + (size_t)h * c->G * d;
+        memcpy(tmp, oh, (size_t)c->G * d * sizeof *tmp);
+        x->ops->finish_out(x, tmp, c->G, d, oh, d);
+    }
     KVC_TRY(after_attend(c));
     for (int h = 0; h < nkv; h++) kvc_sel_usage_read(&c->usage[layer * nkv + h], c->reqs[h].s, c->reqs[h].n_read);
     return KVC_OK;
@@ -340,17 +399,10 @@ static void prefill_task(void *ctx, int task, int thread) {
 int openblas_get_num_threads(void);
 void openblas_set_num_threads(int n);
 
-kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, const float *k,
-                             const float *v, float *out) {
-    KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
-              layer, c->shape.n_layers);
-    KVC_CHECK(n >= 0, KVC_ERR_ARG, "cache prefill: %d tokens", n);
+/* Prefill attention of one layer (q, k, v, out in the streams' spaces). */
+static kvc_status prefill_layer(kvc_cache *c, int layer, int n, const float *q, const float *k,
+                                const float *v, float *out) {
     int nkv = c->shape.n_kv_heads;
-    int64_t have = c->streams[layer * nkv]->n_pos;
-    KVC_CHECK(have + n <= c->shape.max_tokens, KVC_ERR_RANGE,
-              "cache layer %d: %lld + %d tokens exceed the capacity of %d tokens", layer,
-              (long long)have, n, c->shape.max_tokens);
-    if (n == 0) return KVC_OK;
     prefill_job p = {.c = c, .layer = layer, .n = n, .n_tiles = (n + KVC_PREFILL_QTILE - 1) / KVC_PREFILL_QTILE,
                      .q = q, .k = k, .v = v, .out = out};
     int n_tasks = nkv * p.n_tiles;
@@ -365,8 +417,65 @@ kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, con
     for (int i = 0; i < n_tasks && st == KVC_OK; i++) st = p.st[i];
     free(p.st);
     KVC_TRY(st);
-    KVC_TRY(after_attend(c));
-    return kvc_cache_append_n(c, layer, n, k, v, q);
+    return after_attend(c);
+}
+
+/* Prefill when streams live in transformed spaces: queries, keys and values
+ * mapped into them once, attention and the method hooks there, the outputs
+ * mapped back row by row. */
+static kvc_status prefill_mapped(kvc_cache *c, int layer, int n, const float *q, const float *k,
+                                 const float *v, float *out) {
+    int nkv = c->shape.n_kv_heads, nh = c->shape.n_heads, d = c->shape.head_dim, G = c->G;
+    size_t nq = (size_t)n * nh * d, nk = (size_t)n * nkv * d;
+    float *qm = malloc(nq * sizeof *qm), *km = malloc(2 * nk * sizeof *km);
+    if (!qm || !km) {
+        free(qm);
+        free(km);
+        return kvc_fail(KVC_ERR_NOMEM, "mapped prefill rows (%d tokens)", n);
+    }
+    float *vm = km + nk;
+    memcpy(qm, q, nq * sizeof *qm);
+    memcpy(km, k, nk * sizeof *km);
+    memcpy(vm, v, nk * sizeof *vm);
+    for (int h = 0; h < nkv; h++) {
+        const kvc_xform *x = kvc_cache_stream(c, layer, h)->xf;
+        if (!x) continue;
+        x->ops->apply(x, 0, k + (size_t)h * d, n, nkv * d, km + (size_t)h * d, nkv * d);
+        x->ops->apply(x, 1, v + (size_t)h * d, n, nkv * d, vm + (size_t)h * d, nkv * d);
+        for (int g = 0; g < G; g++)
+            x->ops->apply(x, 0, q + (size_t)(h * G + g) * d, n, nh * d, qm + (size_t)(h * G + g) * d, nh * d);
+    }
+    kvc_status st = prefill_layer(c, layer, n, qm, km, vm, out);
+    for (int h = 0; h < nkv && st == KVC_OK; h++) {
+        const kvc_xform *x = kvc_cache_stream(c, layer, h)->xf;
+        float row[1024];
+        for (int t = 0; x && t < n; t++)
+            for (int g = 0; g < G; g++) {
+                float *o = out + (size_t)t * nh * d + (size_t)(h * G + g) * d;
+                memcpy(row, o, (size_t)d * sizeof *row);
+                x->ops->finish_out(x, row, 1, d, o, d);
+            }
+    }
+    if (st == KVC_OK) st = append_layer(c, layer, n, km, vm, qm, 1);
+    free(qm);
+    free(km);
+    return st;
+}
+
+kvc_status kvc_cache_prefill(kvc_cache *c, int layer, int n, const float *q, const float *k,
+                             const float *v, float *out) {
+    KVC_CHECK(layer >= 0 && layer < c->shape.n_layers, KVC_ERR_ARG, "cache: layer %d outside [0, %d)",
+              layer, c->shape.n_layers);
+    KVC_CHECK(n >= 0, KVC_ERR_ARG, "cache prefill: %d tokens", n);
+    int nkv = c->shape.n_kv_heads;
+    int64_t have = c->streams[layer * nkv]->n_pos;
+    KVC_CHECK(have + n <= c->shape.max_tokens, KVC_ERR_RANGE,
+              "cache layer %d: %lld + %d tokens exceed the capacity of %d tokens", layer,
+              (long long)have, n, c->shape.max_tokens);
+    if (n == 0) return KVC_OK;
+    if (c->any_xf) return prefill_mapped(c, layer, n, q, k, v, out);
+    KVC_TRY(prefill_layer(c, layer, n, q, k, v, out));
+    return append_layer(c, layer, n, k, v, q, 0);
 }
 
 /* ---- stats ---------------------------------------------------------------------- */
@@ -379,8 +488,11 @@ static uint64_t chunk_spare(const kvc_chunk *ch) {
 void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     memset(out, 0, sizeof *out);
     uint64_t live = 0, seen = 0, hot = 0, spare = 0, read = 0, ctx = 0, sel = 0, reused = 0;
+    const kvc_xform *prev_space = NULL;
     for (int i = 0; i < c->n_streams; i++) {
         const kvc_stream *s = c->streams[i];
+        if (s->xf && s->xf != prev_space) out->meta_bytes += s->xf->ops->bytes(s->xf); /* once per layer if shared */
+        prev_space = s->xf;
         const kvc_xform *prev = NULL;
         for (int ci = 0; ci < s->n_chunks; ci++) {
             const kvc_chunk *ch = s->chunks[ci];

@@ -52,6 +52,7 @@ void kvc_stream_free(kvc_stream *s) {
     for (int i = 0; i < s->n_chunks; i++) kvc_stream_chunk_free(s, s->chunks[i]);
     free(s->chunks);
     kvc_chunk_free(s->hot);
+    kvc_xform_release(s->xf);
     free(s->sel_cache);
     free(s->stage);
     free(s);

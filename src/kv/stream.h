@@ -12,7 +12,13 @@
  * kvc_stream_replace. Nothing else touches the chunk list, and the driver only
  * reads it, so background threads must work on their own copies.
  *
- * Chunks sharing a transform must be contiguous in the list (transform group). */
+ * Chunks sharing a transform must be contiguous in the list (transform group).
+ *
+ * A stream may live in a transformed space as a whole (xf, set by the cache
+ * from a modifier such as `rot`): the cache maps keys and values into it
+ * before they reach the hot window, and queries before attention and the
+ * method hooks, and maps attention outputs back. Methods and chunks see only
+ * that space; chunk transforms (xf of a chunk) apply on top of it. */
 #ifndef KVC_KV_STREAM_H
 #define KVC_KV_STREAM_H
 
@@ -29,6 +35,7 @@ typedef struct kvc_stream {
     kvc_chunk **chunks;   /* sealed chunks, oldest first by convention; n_chunks of them */
     int n_chunks, cap_chunks;
     kvc_chunk *hot;       /* dense hot window (KVC_CHUNK_HOT), newest tokens; never NULL */
+    kvc_xform *xf;        /* NULL or the space the whole stream lives in (one reference held) */
     uint64_t version;     /* bumped whenever the chunk list or a dead mask changes */
     void *mstate[KVC_MAX_STACK]; /* per-stream state of each method layer (base first) */
     void *sel_cache;      /* driver-owned: previous selection (for reuse) */

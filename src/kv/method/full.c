@@ -73,6 +73,8 @@ static kvc_status full_create(const kvc_method_env *env, void **state) {
     return KVC_OK;
 }
 
+static const char *const full_stacks[] = {"rot", NULL};
+
 const kvc_method kvc_method_full = {
     .name = "full",
     .summary = "dense keys and values: f32 (exact reference), f16 or bf16",
@@ -82,6 +84,7 @@ const kvc_method kvc_method_full = {
     .n_params = (int)(sizeof full_params / sizeof full_params[0]),
     .positional = 0,
     .cfg_size = sizeof(full_cfg),
+    .stacks_with = full_stacks,
     .ops = {
         .create = full_create,
         .hot_type = full_hot_type,

@@ -69,6 +69,8 @@ static kvc_status kivi_build_chunk(void *state, kvc_stream *s, void *sstate, con
     return kvc_chunk_encode(&kc, &vc, k, v, n, s->dim, pos0, NULL, NULL, out);
 }
 
+static const char *const kivi_stacks[] = {"rot", NULL};
+
 const kvc_method kvc_method_kivi = {
     .name = "kivi",
     .summary = "2/4-bit asymmetric quantization: K per channel, V per token, recent window dense",
@@ -78,6 +80,7 @@ const kvc_method kvc_method_kivi = {
     .n_params = (int)(sizeof kivi_params / sizeof kivi_params[0]),
     .positional = -1,
     .cfg_size = sizeof(kivi_cfg),
+    .stacks_with = kivi_stacks,
     .ops = {
         .create = kivi_create,
         .destroy = kivi_destroy,

@@ -134,6 +134,8 @@ static kvc_status kvmix_build_chunk(void *state, kvc_stream *s, void *sstate, co
     return kvc_chunk_encode(&kc, &vc, k, v, n, s->dim, pos0, NULL, NULL, out);
 }
 
+static const char *const kvmix_stacks[] = {"rot", NULL};
+
 const kvc_method kvc_method_kvmix = {
     .name = "kvmix",
     .summary = "per-layer K/V bits (1-4) and dense recent-context ratios from a gradient profile",
@@ -143,6 +145,7 @@ const kvc_method kvc_method_kvmix = {
     .n_params = (int)(sizeof kvmix_params / sizeof kvmix_params[0]),
     .positional = 0,
     .cfg_size = sizeof(kvmix_cfg),
+    .stacks_with = kvmix_stacks,
     .check = kvmix_check,
     .ops = {
         .create = kvmix_create,

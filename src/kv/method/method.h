@@ -97,6 +97,12 @@ typedef struct kvc_method_ops {
     kvc_status (*on_append)(void *state, kvc_stream *s, void *sstate, int n, const float *k,
                             const float *v, const float *q);
 
+    /* Optional (the `rot` modifier): the space stream (layer, head) lives in,
+     * a transform with an apply op (kvc_stream.xf). The cache takes its own
+     * reference and maps keys, values and queries into it as they arrive,
+     * attention outputs back; every hook then sees that space. */
+    kvc_xform *(*stream_xform)(void *state, int layer, int head);
+
     /* Optional (base layer): element type of the hot window, a kvc_dense_type;
      * NULL: f16. `full` keeps its own type (f32 stays the exact reference). */
     int (*hot_type)(void *state);

@@ -21,6 +21,7 @@ extern const kvc_method kvc_method_packkv;
 extern const kvc_method kvc_method_streaming;
 extern const kvc_method kvc_method_sentkv;
 extern const kvc_method kvc_method_mosaic;
+extern const kvc_method kvc_method_rot;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
@@ -34,6 +35,7 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_streaming,
     &kvc_method_sentkv,
     &kvc_method_mosaic,
+    &kvc_method_rot,
     NULL,
 };
 

@@ -301,7 +301,7 @@ static uint64_t mustafar_buffer_bytes(const void *state, const kvc_stream *s, co
            (uint64_t)ms->scratch_n * st->dim * sizeof(float) + sizeof *ms;
 }
 
-static const char *const mustafar_stacks[] = {"kivi", "h2o", NULL};
+static const char *const mustafar_stacks[] = {"kivi", "h2o", "rot", NULL};
 
 const kvc_method kvc_method_mustafar = {
     .name = "mustafar",

@@ -172,6 +172,8 @@ static uint64_t think_buffer_bytes(const void *state, const kvc_stream *s, const
     return sizeof *ts + ((uint64_t)st->cfg.obs + ts->scratch_n) * st->dim * sizeof(float);
 }
 
+static const char *const think_stacks[] = {"rot", NULL};
+
 const kvc_method kvc_method_think = {
     .name = "think",
     .summary = "ThinK: query-driven structured pruning of key channels per block; values dense f16",
@@ -181,6 +183,7 @@ const kvc_method kvc_method_think = {
     .n_params = (int)(sizeof think_params / sizeof think_params[0]),
     .positional = 0,
     .cfg_size = sizeof(think_cfg),
+    .stacks_with = think_stacks,
     .ops = {
         .create = think_create,
         .destroy = think_destroy,

@@ -1,0 +1,83 @@
+/* Modifier `rot` (docs/methods.md "rot"): the cache of any quantizing or
+ * pruning method in a randomized Hadamard space. Keys, values and queries are
+ * mapped by x -> H·(s ⊙ x) (src/kv/xform/hadamard.c; H the orthonormal
+ * Walsh-Hadamard matrix, block-diagonal when head_dim is not a power of two,
+ * s random signs drawn per layer from `seed`) as they enter the cache, and
+ * the attention output is mapped back once per step and head. Since the map
+ * is orthonormal, attention is unchanged when the codec loses nothing; what
+ * changes is what the codec sees: a channel outlier is spread over the whole
+ * head, so per-group ranges are tighter (QuaRot, Ashkboos et al., NeurIPS
+ * 2024, rotates its 4-bit KV cache the same way).
+ *
+ * The whole stream lives in the rotated space (kvc_stream.xf), the dense hot
+ * window included: every hook of the base method (ThinK's and MUSTAFAR's
+ * per-channel query statistics among them) sees keys and queries in the one
+ * space its chunks store. The seed is a parameter, so it is part of the
+ * canonical spec of a run. */
+#include <stddef.h>
+#include <stdlib.h>
+
+#include "base/status.h"
+#include "kv/method/method.h"
+#include "kv/xform/hadamard.h"
+
+typedef struct rot_cfg {
+    int seed;
+} rot_cfg;
+
+static const kvc_param rot_params[] = {
+    {.key = "seed", .type = KVC_PARAM_INT, .offset = offsetof(rot_cfg, seed), .def = "1", .min = 0,
+     .max = 2147483647, .help = "seed of the random signs (drawn per layer)"},
+};
+
+typedef struct rot_state {
+    int n_layers;
+    kvc_xform **xf; /* [n_layers]: one rotation per layer, shared by its KV heads */
+} rot_state;
+
+static void rot_destroy(void *state) {
+    rot_state *st = state;
+    if (!st) return;
+    for (int l = 0; st->xf && l < st->n_layers; l++) kvc_xform_release(st->xf[l]);
+    free(st->xf);
+    free(st);
+}
+
+static kvc_status rot_create(const kvc_method_env *env, void **state) {
+    const rot_cfg *cfg = env->cfg;
+    rot_state *st = calloc(1, sizeof *st);
+    if (!st) return kvc_fail(KVC_ERR_NOMEM, "rot state");
+    st->n_layers = env->n_layers;
+    st->xf = calloc((size_t)env->n_layers, sizeof *st->xf);
+    kvc_status s = st->xf ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "rot: %d layer rotations", env->n_layers);
+    for (int l = 0; l < env->n_layers && s == KVC_OK; l++)
+        s = kvc_hadamard_create(env->head_dim, (uint64_t)cfg->seed, (uint64_t)l, &st->xf[l]);
+    if (s != KVC_OK) {
+        rot_destroy(st);
+        return s;
+    }
+    *state = st;
+    return KVC_OK;
+}
+
+static kvc_xform *rot_stream_xform(void *state, int layer, int head) {
+    (void)head;
+    const rot_state *st = state;
+    return layer >= 0 && layer < st->n_layers ? st->xf[layer] : NULL;
+}
+
+const kvc_method kvc_method_rot = {
+    .name = "rot",
+    .summary = "randomized Hadamard rotation of K, V and queries (outliers spread before a codec)",
+    .paper = "QuaRot (Ashkboos et al., NeurIPS 2024): Hadamard rotation before quantization",
+    .flags = KVC_METHOD_MODIFIER,
+    .params = rot_params,
+    .n_params = (int)(sizeof rot_params / sizeof rot_params[0]),
+    .positional = 0,
+    .cfg_size = sizeof(rot_cfg),
+    .ops = {
+        .create = rot_create,
+        .destroy = rot_destroy,
+        .stream_xform = rot_stream_xform,
+    },
+};

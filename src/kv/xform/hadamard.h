@@ -1,0 +1,32 @@
+/* Randomized Hadamard rotation (docs/methods.md "rot"): the transform of
+ * chunk.h that maps a head vector x to H·(s ⊙ x), with s a fixed vector of
+ * random signs and H the orthonormal Walsh-Hadamard matrix, block-diagonal
+ * when the head size is not a power of two (blocks of the sizes of d's binary
+ * digits, largest first: 96 = 64 + 32, 80 = 64 + 16). The map is orthonormal,
+ * so q'·k' = q·k exactly in real arithmetic, and it spreads a channel outlier
+ * over all channels of its block: what a quantizer with per-group ranges
+ * wants (the rotation llama.cpp and QuaRot apply before quantizing K and V).
+ *
+ * Keys, values and queries all use the same map (dim_k = dim_v = head_dim);
+ * the inverse is s ⊙ H·y. Each vector costs d·log2(d) additions (the fast
+ * Walsh-Hadamard transform); no matrix is stored, only the d signs. */
+#ifndef KVC_KV_XFORM_HADAMARD_H
+#define KVC_KV_XFORM_HADAMARD_H
+
+#include <stdint.h>
+
+#include "kv/chunk.h"
+
+/* Largest head size accepted. */
+#define KVC_HADAMARD_MAX_D 1024
+
+/* In-place orthonormal Walsh-Hadamard transform of x [d] (any d >= 1:
+ * block-diagonal over d's binary digits). Its own inverse up to rounding. */
+void kvc_fwht(float *x, int d);
+
+/* The randomized rotation for head size d whose signs are drawn from `seed`
+ * and `stream` (e.g. the layer index): the same (seed, stream) gives the same
+ * signs on every machine. One reference held by *out. */
+kvc_status kvc_hadamard_create(int d, uint64_t seed, uint64_t stream, kvc_xform **out);
+
+#endif

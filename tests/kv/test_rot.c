@@ -1,0 +1,229 @@
+/* The randomized Hadamard rotation and the `rot` modifier
+ * (src/kv/xform/hadamard.c, src/kv/method/rot.c): the Walsh-Hadamard transform
+ * is orthonormal and its own inverse for power-of-two and block-diagonal head
+ * sizes; the signed rotation maps back exactly through restore and finish_out
+ * and is reproducible from its seed; attention (prefill and decode) through a
+ * rotated cache equals attention through the unrotated one when the codec
+ * loses nothing (full:f32+rot vs full:f32), and a rotated quantized cache
+ * still matches the reference over what it stores; rot composes in the spec
+ * parser and bad specs are refused with messages naming the problem.
+ *
+ * Tolerances: 1e-5 for orthonormality and round trips (a few float additions
+ * per element); 2e-5 · (1 + |ref|) for attention through f32 caches (the
+ * rotation adds a few roundings to q, k, v and the output, as in
+ * test_cache.c's f32 tolerance). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "base/status.h"
+#include "base/threadpool.h"
+#include "kv/attend.h"
+#include "kv/cache_impl.h"
+#include "kv/method/method.h"
+#include "kv/synth.h"
+#include "kv/xform/hadamard.h"
+#include "expect_close.h"
+
+static const int DIMS[] = {1, 2, 3, 16, 64, 80, 96, 100, 128};
+enum { N_DIMS = (int)(sizeof DIMS / sizeof DIMS[0]) };
+
+/* The transform's matrix, column j = fwht(e_j): orthonormal and symmetric
+ * (so its own inverse), and fwht(fwht(x)) = x for random x. */
+static void test_fwht_orthonormal_involution(void **state) {
+    (void)state;
+    rng = 7;
+    for (int t = 0; t < N_DIMS; t++) {
+        int d = DIMS[t];
+        float *m = calloc((size_t)d * d, sizeof *m);
+        for (int j = 0; j < d; j++) {
+            m[(size_t)j * d + j] = 1.0f;
+            kvc_fwht(m + (size_t)j * d, d); /* row j of m = fwht(e_j) = column j of H */
+        }
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++) {
+                double dot = 0;
+                for (int c = 0; c < d; c++) dot += (double)m[(size_t)i * d + c] * m[(size_t)j * d + c];
+                if (fabs(dot - (i == j)) > 1e-5) fail_msg("d %d: <h%d, h%d> = %g", d, i, j, dot);
+                if (fabsf(m[(size_t)i * d + j] - m[(size_t)j * d + i]) > 1e-6) fail_msg("d %d: not symmetric", d);
+            }
+        float x[128], y[128];
+        for (int c = 0; c < d; c++) x[c] = y[c] = frand();
+        kvc_fwht(y, d);
+        kvc_fwht(y, d);
+        expect_close(y, x, (size_t)d, 1e-5, "fwht twice");
+        free(m);
+    }
+}
+
+/* apply then restore (keys and values) and apply then finish_out give the
+ * input back; norms and dot products are kept; the same (seed, stream) gives
+ * the same rotation, another seed a different one. */
+static void test_hadamard_xform_round_trip(void **state) {
+    (void)state;
+    rng = 11;
+    for (int t = 0; t < N_DIMS; t++) {
+        int d = DIMS[t];
+        kvc_xform *x, *same, *other;
+        assert_int_equal(kvc_hadamard_create(d, 5, 3, &x), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, 5, 3, &same), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, 6, 3, &other), KVC_OK);
+        float a[2][128], b[2][128], ra[2][128], back[2][128], rs[128], ro[128];
+        for (int r = 0; r < 2; r++)
+            for (int c = 0; c < d; c++) a[r][c] = frand(), b[r][c] = frand();
+        x->ops->apply(x, 0, a[0], 2, 128, ra[0], 128);
+        for (int which = 0; which < 2; which++) {
+            x->ops->restore(x, which, ra[0], 2, 128, back[0], 128);
+            expect_close(back[0], a[0], (size_t)d, 1e-5, "restore row 0");
+            expect_close(back[1], a[1], (size_t)d, 1e-5, "restore row 1");
+        }
+        x->ops->finish_out(x, ra[0], 2, 128, back[0], 128);
+        expect_close(back[1], a[1], (size_t)d, 1e-5, "finish_out");
+        float rb[128];
+        x->ops->prepare_q(x, b[0], 1, 128, rb, 128);
+        double dot = 0, rdot = 0;
+        for (int c = 0; c < d; c++) dot += (double)a[0][c] * b[0][c], rdot += (double)ra[0][c] * rb[c];
+        assert_true(fabs(dot - rdot) <= 1e-5 * (1 + fabs(dot)));
+        same->ops->apply(same, 0, a[0], 1, 128, rs, 128);
+        assert_memory_equal(rs, ra[0], (size_t)d * sizeof(float));
+        other->ops->apply(other, 0, a[0], 1, 128, ro, 128);
+        if (d >= 16) assert_true(memcmp(ro, ra[0], (size_t)d * sizeof(float)) != 0);
+        kvc_xform_release(x);
+        kvc_xform_release(same);
+        kvc_xform_release(other);
+    }
+    kvc_xform *bad;
+    assert_int_equal(kvc_hadamard_create(0, 1, 0, &bad), KVC_ERR_ARG);
+    assert_null(bad);
+}
+
+enum { NL = 2, NH = 6, NKV = 2, G = NH / NKV };
+
+static kvc_cache *make(const char *spec, int d, int max_tokens, kvc_pool *pool) {
+    kvc_cache_shape sh = {.n_layers = NL, .n_heads = NH, .n_kv_heads = NKV, .head_dim = d, .max_tokens = max_tokens};
+    kvc_cache *c = NULL;
+    if (kvc_cache_create(&sh, spec, pool, &c) != KVC_OK) fail_msg("%s: %s", spec, kvc_last_error());
+    return c;
+}
+
+/* Prefill (two chunks, so the second attends through the cache) then decode
+ * steps, the same inputs into a plain and a rotated cache: every prefill and
+ * decode output must agree. The hot window and the sealed chunks are both
+ * exercised (full seals everything; kivi's window keeps 32). */
+static void run_pair(const char *plain, const char *rotated, int d, double tol) {
+    kvc_pool *pool = NULL;
+    assert_int_equal(kvc_pool_create(2, &pool), KVC_OK);
+    enum { P1 = 70, P2 = 90, DEC = 12, N = P1 + P2 + DEC };
+    kvc_cache *a = make(plain, d, N, pool), *b = make(rotated, d, N, pool);
+    float *q = malloc(sizeof(float) * N * NH * d), *k = malloc(sizeof(float) * N * NKV * d);
+    float *v = malloc(sizeof(float) * N * NKV * d);
+    float *oa = malloc(sizeof(float) * P2 * NH * d), *ob = malloc(sizeof(float) * P2 * NH * d);
+    kvc_synth_kv(NKV, d, 0, N, 3, k, v);
+    rng = 21;
+    for (size_t i = 0; i < (size_t)N * NH * d; i++) q[i] = 2.0f * frand();
+    for (int layer = 0; layer < NL; layer++) {
+        int at = 0;
+        for (int part = 0; part < 2; part++) {
+            int n = part ? P2 : P1;
+            const float *qq = q + (size_t)at * NH * d, *kk = k + (size_t)at * NKV * d, *vv = v + (size_t)at * NKV * d;
+            assert_int_equal(kvc_cache_prefill(a, layer, n, qq, kk, vv, oa), KVC_OK);
+            assert_int_equal(kvc_cache_prefill(b, layer, n, qq, kk, vv, ob), KVC_OK);
+            expect_close(ob, oa, (size_t)n * NH * d, tol, "prefill");
+            at += n;
+        }
+        for (; at < N; at++) {
+            const float *kk = k + (size_t)at * NKV * d, *vv = v + (size_t)at * NKV * d, *qq = q + (size_t)at * NH * d;
+            assert_int_equal(kvc_cache_append(a, layer, kk, vv), KVC_OK);
+            assert_int_equal(kvc_cache_append(b, layer, kk, vv), KVC_OK);
+            assert_int_equal(kvc_cache_attend(a, layer, qq, oa), KVC_OK);
+            assert_int_equal(kvc_cache_attend(b, layer, qq, ob), KVC_OK);
+            expect_close(ob, oa, (size_t)NH * d, tol, "decode");
+        }
+    }
+    free(q); free(k); free(v); free(oa); free(ob);
+    kvc_cache_free(a);
+    kvc_cache_free(b);
+    kvc_pool_free(pool);
+}
+
+static void test_rotated_f32_cache_is_exact(void **state) {
+    (void)state;
+    run_pair("full:f32", "full:f32+rot", 64, 2e-5);
+    run_pair("full:f32", "full:f32+rot:seed=9", 96, 2e-5); /* block-diagonal 64 + 32 */
+}
+
+/* A lossy codec in the rotated space: decode attention still equals the
+ * double reference over what the streams store (in their space, with the
+ * query mapped), so the driver, the maps and the codecs agree. */
+static void test_rotated_quantized_matches_reference(void **state) {
+    (void)state;
+    int d = 64, n = 300;
+    kvc_cache *c = make("kivi:bits=3+rot", d, n + 1, NULL);
+    float *k = malloc(sizeof(float) * n * NKV * d), *v = malloc(sizeof(float) * n * NKV * d);
+    float q[NH * 64], out[NH * 64], ref[G * 64], qm[G * 64], tmp[G * 64];
+    kvc_synth_kv(NKV, d, 0, n, 8, k, v);
+    rng = 4;
+    for (int i = 0; i < NH * d; i++) q[i] = frand();
+    assert_int_equal(kvc_cache_load(c, 0, n, k, v), KVC_OK);
+    assert_int_equal(kvc_cache_attend(c, 0, q, out), KVC_OK);
+    for (int h = 0; h < NKV; h++) {
+        kvc_stream *s = kvc_cache_stream(c, 0, h);
+        assert_non_null(s->xf);
+        assert_true(s->n_chunks > 0);
+        s->xf->ops->prepare_q(s->xf, q + h * G * d, G, d, qm, d);
+        assert_int_equal(kvc_attend_reference(s, qm, G, tmp), KVC_OK);
+        s->xf->ops->finish_out(s->xf, tmp, G, d, ref, d);
+        expect_close(out + h * G * d, ref, (size_t)G * d, 2e-5, "kivi:bits=3+rot vs reference");
+    }
+    free(k);
+    free(v);
+    kvc_cache_free(c);
+}
+
+static void expect_refused(const char *spec, const char *needle) {
+    kvc_spec s;
+    kvc_status st = kvc_spec_parse(spec, &s);
+    if (st != KVC_ERR_ARG) fail_msg("'%s' accepted", spec);
+    if (!strstr(kvc_last_error(), needle)) fail_msg("'%s': message '%s' lacks '%s'", spec, kvc_last_error(), needle);
+}
+
+static void test_spec(void **state) {
+    (void)state;
+    const char *ok[] = {"kivi:bits=2+rot", "kivi:bits=4+rot:seed=7", "kvmix:profile=" KVC_SOURCE_DIR "/profiles/smollm2.kvmix+rot", "mustafar+kivi:bits=2+rot",
+                        "mustafar:k=0.5,v=0.5+h2o:0.5+rot", "packkv+rot", "think:0.5+rot", "full:f32+rot:3",
+                        "packkv+h2o+rot"};
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        kvc_spec s;
+        if (kvc_spec_parse(ok[i], &s) != KVC_OK) fail_msg("'%s': %s", ok[i], kvc_last_error());
+        char buf[512];
+        kvc_spec_format(&s, buf, sizeof buf);
+        assert_non_null(strstr(buf, "+rot:seed="));
+        kvc_spec_free(&s);
+    }
+    expect_refused("rot", "can only follow '+'");
+    expect_refused("rot:seed=1+kivi", "can only follow '+'");
+    expect_refused("kivi+rot:seed=-1", "seed");
+    expect_refused("kivi+rot:seed=abc", "seed");
+    expect_refused("kivi+rot:seed=2147483648", "seed");
+    expect_refused("kivi+rot:bits=2", "bits");
+    expect_refused("kivi+rot+rot", "stacked twice");
+    expect_refused("mosaic+rot", "cannot be stacked on mosaic");
+    expect_refused("streaming+rot", "cannot be stacked on streaming");
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fwht_orthonormal_involution),
+        cmocka_unit_test(test_hadamard_xform_round_trip),
+        cmocka_unit_test(test_rotated_f32_cache_is_exact),
+        cmocka_unit_test(test_rotated_quantized_matches_reference),
+        cmocka_unit_test(test_spec),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
