@@ -258,6 +258,16 @@ typedef void (*kvc_kv_observer_fn)(void *user, int layer, int pos0, int n, const
                                    const float *v);
 void kvc_ctx_set_kv_observer(kvc_ctx *c, kvc_kv_observer_fn fn, void *user);
 
+/* Appends n tokens' K/V as an observer saw them, without running the model:
+ * k and v [n_layers][n][n_kv_heads * head_dim] post-RoPE f32, tokens the ids
+ * they came from (methods that read the text see them). Each layer's cache
+ * gets the n tokens at once, as after a prefill chunk, but no attention
+ * runs, so methods that learn from attention weights (h2o) see none. The
+ * context then continues at pos + n. For tools that compress one saved
+ * context with many methods (kvcomp tune). */
+kvc_status kvc_ctx_append_kv(kvc_ctx *c, const int32_t *tokens, int n, const float *k,
+                             const float *v);
+
 /* ---- sampler -------------------------------------------------------------- */
 
 typedef struct kvc_sampler_params {

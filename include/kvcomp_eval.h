@@ -1,7 +1,7 @@
 /* kvcomp's measuring tools — the eval API, for programs such as the kvcomp
  * command: quality against the dense reference (KL, RULER-style tasks),
  * benchmarks (read bandwidth, decode attention, end-to-end decode), K/V dumps,
- * the KVmix profiler, GGUF inspection, method listings, and the report pieces
+ * the KVmix profiler and `kvcomp tune`, GGUF inspection, method listings, and the report pieces
  * they print with (JSON writer, progress line, plots). Built on kvcomp.h; one
  * header per tool under kvcomp/, all included here. */
 #ifndef KVCOMP_EVAL_H
@@ -23,6 +23,7 @@
 #include "kvcomp/progress.h"
 #include "kvcomp/report.h"
 #include "kvcomp/ruler.h"
+#include "kvcomp/tune.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -13,5 +13,6 @@ int kvc_cli_eval(int argc, char **argv);    /* cli_eval.c: eval kl | eval ruler 
 int kvc_cli_bench(int argc, char **argv);   /* cli_bench.c: bench bw | attn | decode */
 int kvc_cli_dump_kv(int argc, char **argv); /* cli_dump_kv.c: save a model's K/V for a text */
 int kvc_cli_profile(int argc, char **argv); /* cli_profile.c: KVmix layer-importance profile */
+int kvc_cli_tune(int argc, char **argv);    /* cli_tune.c: per-layer K/V codecs for a budget */
 
 #endif

@@ -22,6 +22,7 @@ static const cmd k_cmds[] = {
     {"bench", kvc_cli_bench, "speed: bench bw | attn (one layer, up to 1M tokens) | decode"},
     {"dump-kv", kvc_cli_dump_kv, "save a model's post-RoPE K/V for a text (for bench attn)"},
     {"profile", kvc_cli_profile, "KVmix layer importance: gradient profile -> kvmix profile file"},
+    {"tune", kvc_cli_tune, "per-layer K/V codecs for a bit budget -> tuned profile file"},
 };
 
 static void usage(FILE *f) {

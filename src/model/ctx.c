@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kv/cache.h"
+#include "kv/cache_impl.h"
 #include "model/model.h"
 
 struct kvc_ctx {
@@ -127,4 +128,21 @@ void kvc_ctx_set_kv_observer(kvc_ctx *c, kvc_kv_observer_fn fn, void *user) {
     if (!c) return;
     c->run->kv_obs = fn;
     c->run->kv_obs_user = fn ? user : NULL;
+}
+
+kvc_status kvc_ctx_append_kv(kvc_ctx *c, const int32_t *tokens, int n, const float *k,
+                             const float *v) {
+    KVC_CHECK(c && (n == 0 || (tokens && k && v)), KVC_ERR_ARG, "append kv: NULL argument");
+    KVC_TRY(check_room(c, n));
+    const kvc_config *cf = &c->m->cfg;
+    const size_t kvd = (size_t)cf->n_kv_heads * cf->head_dim;
+    for (int i = 0; i < n; i++)
+        KVC_CHECK(tokens[i] >= 0 && tokens[i] < cf->n_vocab, KVC_ERR_ARG,
+                  "append kv: token %d: id %d outside [0, %d)", i, tokens[i], cf->n_vocab);
+    kvc_cache_observe_tokens(c->cache, tokens, n);
+    for (int l = 0; l < cf->n_layers; l++) /* as a prefill chunk appends, without attention */
+        KVC_TRY(kvc_cache_append_n(c->cache, l, n, k + (size_t)l * n * kvd, v + (size_t)l * n * kvd,
+                                   NULL));
+    c->pos += n;
+    return KVC_OK;
 }

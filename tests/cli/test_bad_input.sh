@@ -90,6 +90,22 @@ expect 2 "give a prompt" "$KVCOMP" run -m "$MODEL"
 expect 2 "--kv nosuchmethod" "$KVCOMP" run -m "$MODEL" -p hi --kv nosuchmethod
 expect 1 "$TMP/missing.txt: cannot open" "$KVCOMP" run -m "$MODEL" -f "$TMP/missing.txt"
 
+# kvcomp tune and tuned profiles: usage errors, and bad profiles named by line and field
+expect 2 "exactly one of --budget" "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned"
+expect 2 "--budget 'x'" "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned" --budget x
+if [[ -r "$MODEL" ]]; then
+    expect 1 "tune: candidate 'q9g32': bits '9' not in 1..4" \
+        "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned" --budget 2 --candidates q2g32,q9g32
+    expect 1 "budget 1 bits per element is below the cheapest choice" \
+        "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned" --budget 1 --candidates q2g32
+    printf 'kvcomp-tuned 1\nlayers 2\nlayer 0 q2g32 q2g32\nlayer 1 q2g32 q2g32\n' >"$TMP/two.tuned"
+    expect 1 "profile .*two.tuned has 2 layers, the model has [0-9]+" \
+        "$KVCOMP" run -m "$MODEL" -p hi -n 1 --kv "tuned:profile=$TMP/two.tuned"
+    printf 'kvcomp-tuned 1\nlayers 2\nlayer 0 q2g32 nf4\n' >"$TMP/bad.tuned"
+    expect 1 "line 3: layer 0 v_codec 'nf4' is not a codec" \
+        "$KVCOMP" run -m "$MODEL" -p hi -n 1 --kv "tuned:profile=$TMP/bad.tuned"
+fi
+
 # prompt longer than the context: says how long it is and how to raise -c
 if [[ -r "$MODEL" ]]; then
     long=$(printf 'the quick brown fox jumps over the lazy dog %.0s' $(seq 1 40))

@@ -32,6 +32,7 @@
 #include "base/threadpool.h"
 #include "kv/cache_impl.h"
 #include "kv/method/kvmix_profile.h"
+#include "kv/method/tuned_profile.h"
 #include "kv/synth.h"
 
 enum { NL = 3, NH = 6, NKV = 2, D = 64, G = NH / NKV };
@@ -127,6 +128,25 @@ static void test_kvmix_matches_reference(void **state) {
     snprintf(spec, sizeof spec, "kvmix:profile=%s", profile_path);
     check_matches_reference(spec, 600, 200, INT_TOL); /* 3-bit layers float, 4-bit integer */
     snprintf(spec, sizeof spec, "kvmix:profile=%s,rpc=step,group=16", profile_path);
+    check_matches_reference(spec, 300, 100, INT_TOL);
+    unlink(profile_path);
+}
+
+/* tuned: each layer and side its own codec, dense ones included. */
+static void test_tuned_matches_reference(void **state) {
+    (void)state;
+    kvc_tuned_profile *p;
+    assert_int_equal(kvc_tuned_profile_uniform(NL, (kvc_tuned_codec){2, 32}, &p), KVC_OK);
+    p->layer[0].k = (kvc_tuned_codec){3, 16}, p->layer[0].v = (kvc_tuned_codec){16, 0};
+    p->layer[1].k = (kvc_tuned_codec){32, 0}, p->layer[1].v = (kvc_tuned_codec){1, 64};
+    p->layer[2].k = (kvc_tuned_codec){4, 128}, p->layer[2].v = (kvc_tuned_codec){2, 24};
+    snprintf(profile_path, sizeof profile_path, "/tmp/kvc_test_%d.tuned", (int)getpid());
+    assert_int_equal(kvc_tuned_profile_save(p, profile_path), KVC_OK);
+    kvc_tuned_profile_free(p);
+    char spec[160];
+    snprintf(spec, sizeof spec, "tuned:profile=%s", profile_path);
+    check_matches_reference(spec, 600, 200, INT_TOL); /* integer kernels for 1/2/4 bits, groups of 16k */
+    snprintf(spec, sizeof spec, "tuned:profile=%s,window=0,hot=f32", profile_path);
     check_matches_reference(spec, 300, 100, INT_TOL);
     unlink(profile_path);
 }
@@ -286,6 +306,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kivi_matches_reference),
         cmocka_unit_test(test_kvmix_matches_reference),
+        cmocka_unit_test(test_tuned_matches_reference),
         cmocka_unit_test(test_error_falls_with_bits),
         cmocka_unit_test(test_kivi_window),
         cmocka_unit_test(test_kvmix_windows),

@@ -22,6 +22,7 @@ extern const kvc_method kvc_method_streaming;
 extern const kvc_method kvc_method_sentkv;
 extern const kvc_method kvc_method_mosaic;
 extern const kvc_method kvc_method_rot;
+extern const kvc_method kvc_method_tuned;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
@@ -36,6 +37,7 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_sentkv,
     &kvc_method_mosaic,
     &kvc_method_rot,
+    &kvc_method_tuned,
     NULL,
 };
 

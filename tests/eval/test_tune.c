@@ -1,0 +1,214 @@
+/* `kvcomp tune` and the `tuned` method on the default model (skips without
+ * it) and the budgeted choice alone:
+ * - kvc_tune_choose is the exact optimum of small random instances (against
+ *   enumeration) and refuses a budget below every side's cheapest codec;
+ * - K/V appended with kvc_ctx_append_kv, then a chunk: the same logits as
+ *   the prefill that produced them (full:f32);
+ * - tuned with every side q<b>g<g> gives exactly kivi:bits=b,group=g's logits
+ *   (prefill and decode), a mixed profile runs, and a profile for another
+ *   layer count is refused naming both counts. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kv/method/tuned_profile.h"
+#include "kvcomp.h"
+#include "kvcomp_eval.h"
+
+enum { NCTX = 200, NCONT = 12 };
+
+static uint64_t rng = 7;
+static double urand(void) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(rng >> 11) / 9007199254740992.0;
+}
+
+static void test_choose_exact(void **state) {
+    (void)state;
+    enum { NI = 5, NC = 3 };
+    for (int trial = 0; trial < 200; trial++) {
+        double kl[NI * NC], bits[NI * NC];
+        for (int i = 0; i < NI * NC; i++) kl[i] = urand(), bits[i] = 1 + (int)(urand() * 8) / 4.0;
+        double budget = 1.5 + urand() * 2;
+        double best = INFINITY;
+        for (int code = 0; code < 243; code++) { /* 3^5 assignments */
+            double k = 0, b = 0;
+            for (int i = 0, c = code; i < NI; i++, c /= 3) k += kl[i * NC + c % 3], b += bits[i * NC + c % 3];
+            if (b <= budget * NI + 1e-9 && k < best) best = k;
+        }
+        int choice[NI];
+        kvc_status st = kvc_tune_choose(NI, NC, kl, bits, budget, choice);
+        if (!isfinite(best)) {
+            assert_int_equal(st, KVC_ERR_RANGE);
+            assert_non_null(strstr(kvc_last_error(), "below the cheapest"));
+            continue;
+        }
+        assert_int_equal(st, KVC_OK);
+        double k = 0, b = 0;
+        for (int i = 0; i < NI; i++) k += kl[i * NC + choice[i]], b += bits[i * NC + choice[i]];
+        assert_true(b <= budget * NI + 1e-9);
+        assert_true(fabs(k - best) < 1e-12);
+    }
+}
+
+typedef struct saved {
+    float *k, *v;
+    int n, kvd;
+} saved;
+
+static void observe(void *user, int layer, int pos0, int n, const float *k, const float *v) {
+    saved *s = user;
+    for (int i = 0; i < n && pos0 + i < s->n; i++) {
+        size_t off = ((size_t)layer * s->n + pos0 + i) * s->kvd;
+        memcpy(s->k + off, k + (size_t)i * s->kvd, sizeof(float) * s->kvd);
+        memcpy(s->v + off, v + (size_t)i * s->kvd, sizeof(float) * s->kvd);
+    }
+}
+
+typedef struct fixture {
+    kvc_model *m;
+    kvc_model_info mi;
+    int32_t *tok;
+    int n_tok;
+} fixture;
+
+static int setup(void **state) {
+    if (access(KVC_MODEL_PATH, R_OK) != 0) {
+        *state = NULL;
+        return 0;
+    }
+    fixture *f = calloc(1, sizeof *f);
+    char *text;
+    size_t len;
+    if (kvc_model_load(KVC_MODEL_PATH, &f->m) != KVC_OK ||
+        kvc_eval_read_file(KVC_SOURCE_DIR "/data/alice.txt", 1 << 20, &text, &len) != KVC_OK)
+        return -1;
+    kvc_model_info_get(f->m, &f->mi);
+    int st = kvc_tokenize_all(f->m, text, 4000, &f->tok, &f->n_tok) != KVC_OK;
+    free(text);
+    *state = f;
+    return st || f->n_tok < NCTX + NCONT + 30 ? -1 : 0;
+}
+
+static int teardown(void **state) {
+    fixture *f = *state;
+    if (!f) return 0;
+    kvc_model_free(f->m);
+    free(f->tok);
+    free(f);
+    return 0;
+}
+
+static kvc_ctx *make_ctx(const fixture *f, const char *spec) {
+    kvc_ctx_params cp = {.n_ctx = NCTX + NCONT + 40, .n_threads = 2, .n_batch = 128, .kv_spec = spec};
+    kvc_ctx *c = NULL;
+    if (kvc_ctx_create(f->m, &cp, &c) != KVC_OK) fail_msg("%s: %s", spec, kvc_last_error());
+    return c;
+}
+
+static void test_append_kv_matches_prefill(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    const size_t nv = (size_t)f->mi.n_vocab;
+    saved s = {NULL, NULL, NCTX, f->mi.n_kv_heads * f->mi.head_dim};
+    s.k = malloc(sizeof(float) * f->mi.n_layers * NCTX * s.kvd);
+    s.v = malloc(sizeof(float) * f->mi.n_layers * NCTX * s.kvd);
+    float *a = malloc(sizeof(float) * nv * NCONT), *b = malloc(sizeof(float) * nv * NCONT);
+    kvc_ctx *c = make_ctx(f, "full:f32");
+    kvc_ctx_set_kv_observer(c, observe, &s);
+    assert_int_equal(kvc_ctx_prefill(c, f->tok, NCTX, NULL), KVC_OK);
+    assert_int_equal(kvc_ctx_prefill_all(c, f->tok + NCTX, NCONT, a), KVC_OK);
+    kvc_ctx_free(c);
+    c = make_ctx(f, "full:f32");
+    assert_int_equal(kvc_ctx_append_kv(c, f->tok, NCTX, s.k, s.v), KVC_OK);
+    assert_int_equal(kvc_ctx_pos(c), NCTX);
+    assert_int_equal(kvc_ctx_prefill_all(c, f->tok + NCTX, NCONT, b), KVC_OK);
+    double mx = 0;
+    for (size_t i = 0; i < nv * NCONT; i++) mx = fmax(mx, fabs((double)a[i] - b[i]));
+    if (mx > 1e-3) fail_msg("append_kv then a chunk: max |dlogit| %g against the prefill", mx);
+    int32_t bad = -1;
+    assert_int_equal(kvc_ctx_append_kv(c, &bad, 1, s.k, s.v), KVC_ERR_ARG);
+    kvc_ctx_free(c);
+    free(s.k), free(s.v), free(a), free(b);
+}
+
+/* Prefill, then decode steps: all logits into out [(1 + steps) * nv]. */
+static void run(const fixture *f, const char *spec, float *out, int steps) {
+    const size_t nv = (size_t)f->mi.n_vocab;
+    kvc_ctx *c = make_ctx(f, spec);
+    assert_int_equal(kvc_ctx_prefill(c, f->tok, NCTX, out), KVC_OK);
+    for (int i = 0; i < steps; i++)
+        assert_int_equal(kvc_ctx_decode(c, f->tok[NCTX + i], out + (i + 1) * nv), KVC_OK);
+    kvc_ctx_free(c);
+}
+
+static void write_profile(const kvc_tuned_profile *p, const char *path) {
+    if (kvc_tuned_profile_save(p, path) != KVC_OK) fail_msg("%s", kvc_last_error());
+}
+
+static void test_uniform_equals_kivi(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    enum { STEPS = 12 };
+    const size_t nv = (size_t)f->mi.n_vocab, n = nv * (STEPS + 1);
+    float *a = malloc(sizeof(float) * n), *b = malloc(sizeof(float) * n);
+    static const struct {
+        kvc_tuned_codec c;
+        const char *kivi;
+    } cases[] = {{{2, 32}, "kivi:bits=2"}, {{4, 128}, "kivi:bits=4,group=128"}, {{3, 16}, "kivi:bits=3,group=16"}};
+    char path[] = "/tmp/kvcomp-test-tune-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    char spec[128];
+    snprintf(spec, sizeof spec, "tuned:profile=%s", path);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kvc_tuned_profile *p;
+        assert_int_equal(kvc_tuned_profile_uniform(f->mi.n_layers, cases[i].c, &p), KVC_OK);
+        write_profile(p, path);
+        kvc_tuned_profile_free(p);
+        run(f, cases[i].kivi, a, STEPS);
+        run(f, spec, b, STEPS);
+        if (memcmp(a, b, sizeof(float) * n) != 0) fail_msg("tuned uniform != %s", cases[i].kivi);
+    }
+    /* a mixed profile: every layer different, K and V apart, dense sides too */
+    kvc_tuned_profile *p;
+    assert_int_equal(kvc_tuned_profile_uniform(f->mi.n_layers, (kvc_tuned_codec){1, 128}, &p), KVC_OK);
+    for (int l = 0; l < f->mi.n_layers; l++) {
+        p->layer[l].k = (kvc_tuned_codec){l % 3 == 0 ? 16 : 1 + l % 4, l % 3 == 0 ? 0 : 32 << (l % 3)};
+        p->layer[l].v = (kvc_tuned_codec){l % 5 == 0 ? 32 : 1 + (l + 1) % 4, l % 5 == 0 ? 0 : 64};
+    }
+    write_profile(p, path);
+    run(f, spec, b, STEPS);
+    for (size_t i = 0; i < n; i++) assert_true(isfinite(b[i]));
+    kvc_tuned_profile_free(p);
+    /* a profile made for another model */
+    assert_int_equal(kvc_tuned_profile_uniform(3, (kvc_tuned_codec){2, 32}, &p), KVC_OK);
+    write_profile(p, path);
+    kvc_tuned_profile_free(p);
+    kvc_ctx_params cp = {.n_ctx = 64, .kv_spec = spec};
+    kvc_ctx *c = NULL;
+    assert_int_equal(kvc_ctx_create(f->m, &cp, &c), KVC_ERR_ARG);
+    char want[64];
+    snprintf(want, sizeof want, "has 3 layers, the model has %d", f->mi.n_layers);
+    assert_non_null(strstr(kvc_last_error(), want));
+    unlink(path);
+    free(a), free(b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_choose_exact),
+        cmocka_unit_test(test_append_kv_matches_prefill),
+        cmocka_unit_test(test_uniform_equals_kivi),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
