@@ -43,7 +43,8 @@ static const char k_kl_usage[] =
     "  -b, --batch-size N   prefill chunk (default 512)\n"
     "      --dense-check    also compare the reference decode logits with dense prefill\n"
     "      --json           print one JSON object instead of the table\n"
-    "      --plot FILE      PNG of KL mean against bytes per token (gnuplot)\n";
+    "      --plot FILE      PNG of KL mean against bytes per token (gnuplot), the Pareto\n"
+    "                       front marked; log scale when KL spans more than 100x\n";
 
 static const char k_ruler_usage[] =
     "usage: kvcomp eval ruler [-m MODEL] [--text FILE] [--task T[,T...]|all] [--len N]\n"
@@ -147,8 +148,8 @@ static int setup_open(eval_setup *s, const eval_opts *o, const char *cmd) {
 }
 
 static void print_plot(const char *path, const char *title, const char *ylabel,
-                       kvc_plot_point *pts, int n, int log_y) {
-    kvc_plot pl = {title, "cache bytes per token (all layers)", ylabel, log_y};
+                       kvc_plot_point *pts, int n, int log_y, int pareto) {
+    kvc_plot pl = {title, "cache bytes per token (all layers)", ylabel, log_y, pareto};
     if (kvc_plot_png(path, &pl, pts, n) != KVC_OK)
         fprintf(stderr, "kvcomp eval: %s\n", kvc_last_error());
     else
@@ -156,6 +157,14 @@ static void print_plot(const char *path, const char *title, const char *ylabel,
 }
 
 /* ---- eval kl ------------------------------------------------------------------ */
+
+/* KL spread over more than two decades reads better on a log axis. */
+static int spans_decades(const kvc_plot_point *pts, int n) {
+    double lo = INFINITY, hi = 0;
+    for (int i = 0; i < n; i++)
+        if (pts[i].y > 0 && isfinite(pts[i].y)) lo = fmin(lo, pts[i].y), hi = fmax(hi, pts[i].y);
+    return hi > 100 * lo;
+}
 
 static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_report *r) {
     char hb[32];
@@ -345,7 +354,7 @@ static int eval_kl(int argc, char **argv) {
         char title[256];
         snprintf(title, sizeof title, "eval kl: %s, ctx %d + %d, KL vs full:f32",
                  *s.info.name ? s.info.name : o.model, r.n_ctx, r.n_cont);
-        print_plot(o.plot, title, "KL divergence, mean (nats)", pts, n, 0);
+        print_plot(o.plot, title, "KL divergence, mean (nats)", pts, n, spans_decades(pts, n), 1);
     }
     for (int k = 0; k < r.n_methods; k++) failed |= r.methods[k].status != KVC_OK;
     kvc_eval_kl_report_free(&r);
@@ -524,7 +533,7 @@ static int eval_ruler(int argc, char **argv) {
         char title[256];
         snprintf(title, sizeof title, "eval ruler: %s, len %d, %d samples x %d tasks",
                  *s.info.name ? s.info.name : o.model, r.len, r.samples, r.n_tasks);
-        print_plot(o.plot, title, "accuracy, mean over tasks (%)", pts, n, 0);
+        print_plot(o.plot, title, "accuracy, mean over tasks (%)", pts, n, 0, 0);
     }
     int failed = 0;
     for (int k = 0; k < r.n_methods; k++) failed |= r.methods[k].status != KVC_OK;

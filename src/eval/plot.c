@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
@@ -22,6 +23,40 @@ static void put_quoted(FILE *f, const char *s) {
         fputc(*s, f);
     }
     fputc('"', f);
+}
+
+void kvc_plot_pareto(const kvc_plot_point *pts, int n, unsigned char *front) {
+    for (int i = 0; i < n; i++) {
+        front[i] = isfinite(pts[i].x) && isfinite(pts[i].y);
+        for (int j = 0; j < n && front[i]; j++)
+            if (j != i && isfinite(pts[j].x) && isfinite(pts[j].y) && pts[j].x <= pts[i].x &&
+                pts[j].y <= pts[i].y && (pts[j].x < pts[i].x || pts[j].y < pts[i].y))
+                front[i] = 0;
+    }
+}
+
+static const kvc_plot_point *cmp_pts;
+static int by_x(const void *a, const void *b) {
+    double x = cmp_pts[*(const int *)a].x, y = cmp_pts[*(const int *)b].x;
+    return x < y ? -1 : x > y;
+}
+
+/* The front's points in order of x, as a second datablock for the staircase. */
+static void put_front(FILE *g, const kvc_plot *plot, const kvc_plot_point *pts, int n) {
+    unsigned char *front = malloc((size_t)(n > 0 ? n : 1));
+    int *order = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1)), m = 0;
+    fputs("$front << EOD\n", g);
+    if (front && order) {
+        kvc_plot_pareto(pts, n, front);
+        for (int i = 0; i < n; i++)
+            if (front[i] && !(plot->log_y && pts[i].y <= 0)) order[m++] = i;
+        cmp_pts = pts;
+        qsort(order, (size_t)m, sizeof(int), by_x);
+        for (int i = 0; i < m; i++) fprintf(g, "%.9g %.9g\n", pts[order[i]].x, pts[order[i]].y);
+    }
+    fputs("EOD\n", g);
+    free(front);
+    free(order);
 }
 
 kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_point *pts, int n) {
@@ -56,7 +91,16 @@ kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_p
         kept++;
     }
     fputs("EOD\n", g);
-    if (kept > 0)
+    if (kept > 0 && plot->pareto) {
+        put_front(g, plot, pts, n);
+        fputs("set key top right\n"
+              "plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' title 'method', \\\n"
+              "     $front using 1:2 with steps lw 2 lc rgb '#d62728' title 'Pareto front', \\\n"
+              "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle, \\\n"
+              "     $data every 2 using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle, \\\n"
+              "     $data every 2::1 using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle\n",
+              g);
+    } else if (kept > 0)
         fputs("plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4', \\\n"
               "     $data every 2 using 1:2:3 with labels noenhanced offset char 1,0.8 left, \\\n"
               "     $data every 2::1 using 1:2:3 with labels noenhanced offset char 1,-0.8 left\n",
