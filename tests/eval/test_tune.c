@@ -2,6 +2,7 @@
  * it) and the budgeted choice alone:
  * - kvc_tune_choose is the exact optimum of small random instances (against
  *   enumeration) and refuses a budget below every side's cheapest codec;
+ * - the Pareto front that eval kl --plot marks;
  * - K/V appended with kvc_ctx_append_kv, then a chunk: the same logits as
  *   the prefill that produced them (full:f32);
  * - tuned with every side q<b>g<g> gives exactly kivi:bits=b,group=g's logits
@@ -57,6 +58,17 @@ static void test_choose_exact(void **state) {
         assert_true(b <= budget * NI + 1e-9);
         assert_true(fabs(k - best) < 1e-12);
     }
+}
+
+/* The front of eval kl --plot: dominated, tied and non-finite points. */
+static void test_pareto(void **state) {
+    (void)state;
+    const kvc_plot_point p[] = {{"a", 1, 5}, {"b", 2, 3}, {"c", 2, 4}, {"d", 3, 3},
+                                {"e", 4, 1}, {"f", NAN, 0}, {"g", 1, 5}, {"h", 0.5, INFINITY}};
+    const unsigned char want[] = {1, 1, 0, 0, 1, 0, 1, 0}; /* g ties a: both stay */
+    unsigned char front[8];
+    kvc_plot_pareto(p, 8, front);
+    assert_memory_equal(front, want, sizeof want);
 }
 
 typedef struct saved {
@@ -207,6 +219,7 @@ static void test_uniform_equals_kivi(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose_exact),
+        cmocka_unit_test(test_pareto),
         cmocka_unit_test(test_append_kv_matches_prefill),
         cmocka_unit_test(test_uniform_equals_kivi),
     };
