@@ -8,10 +8,14 @@
  * candidate) is a `tuned` cache whose sides are all f32 except that one:
  * the saved K/V go in without running the model (kvc_ctx_append_kv), the
  * scored tokens run as one chunk attending to them, and the probe's cost is
- * the mean KL(reference || probe) over the scored tokens, minus the same
- * for the all-f32 tuned cache, floored at 0 (the probes keep their dense
- * window in f32, so that baseline is only the difference between a chunked
- * prefill and appended K/V, ~1e-6). So a
+ * the mean KL(base || probe) over the scored tokens, where base is the
+ * all-f32 tuned cache (dense window f32 too) fed the same way. Not against
+ * full:f32's logits: attention over a cache cut into chunks differs from
+ * full's one dense block by a KL of 0.004 (SmolLM2) to 0.009 (Qwen2.5-1.5B)
+ * here, more than most single-side effects; subtracting it (the first
+ * version) hid every effect below it, and the choice then took those sides
+ * as free (docs/benchmarks.md, "kvcomp tune and the frontier"). Against the
+ * base the path's own difference cancels. So a
  * probe costs one n_cont-token chunk through the model, not a prefill of
  * the context. The saved K/V are the exact ones: what the probe measures is
  * the codec's error as the scored tokens see it, not its accumulation
@@ -174,13 +178,17 @@ static kvc_status probe(tune_run *r, const kvc_tuned_profile *prof, double *kl) 
     return st;
 }
 
-/* kl[(layer * 2 + side) * nc + c] for every probe; *base the all-f32 cache's KL. */
+/* kl[(layer * 2 + side) * nc + c] for every probe against the all-f32 cache;
+ * *base that cache's KL against full:f32 (reported). */
 static kvc_status sensitivity(tune_run *r, const kvc_tuned_codec *cand, int nc, double *kl,
                               double *base) {
     const int L = r->info.n_layers;
+    const size_t nv = (size_t)r->info.n_vocab;
     kvc_tuned_profile *prof;
     KVC_TRY(kvc_tuned_profile_uniform(L, (kvc_tuned_codec){32, 0}, &prof));
     kvc_status st = probe(r, prof, base);
+    for (int i = 0; st == KVC_OK && i < r->p->n_cont; i++) /* the base becomes the reference */
+        kvc_log_softmax(r->logits + i * nv, (int)nv, r->ref_lp + i * nv);
     kvc_progress pg;
     kvc_progress_begin(&pg, "tune", (int64_t)L * 2 * nc * r->p->n_cont);
     for (int l = 0; st == KVC_OK && l < L; l++)
@@ -191,7 +199,7 @@ static kvc_status sensitivity(tune_run *r, const kvc_tuned_codec *cand, int nc, 
                 double d = 0;
                 st = probe(r, prof, &d);
                 *sd = (kvc_tuned_codec){32, 0};
-                kl[(l * 2 + side) * nc + c] = d - *base > 0 ? d - *base : 0;
+                kl[(l * 2 + side) * nc + c] = d;
                 kvc_progress_update(&pg, (int64_t)((l * 2 + side) * nc + c + 1) * r->p->n_cont);
             }
     kvc_progress_end(&pg);
@@ -223,8 +231,8 @@ static void report_text(FILE *f, const tune_run *r, const tune_result *t) {
                "%d probes in %.1f s\n",
             r->info.name, L, r->p->offset, r->p->offset + r->p->n_ctx + r->p->n_cont - 1,
             r->p->n_ctx, r->p->n_cont, 2 * L * t->nc + 1, t->seconds);
-    fprintf(f, "KL of each side alone (minus the all-f32 cache's %.3g); the letters mark "
-               "the choice for budget a, b, ...\n", t->base);
+    fprintf(f, "KL of each side alone against the all-f32 cache (which has KL %.3g against "
+               "full:f32); the letters mark the choice for budget a, b, ...\n", t->base);
     fprintf(f, "%5s %4s", "layer", "side");
     char nm[KVC_TUNED_CODEC_NAME];
     for (int c = 0; c < t->nc; c++) {
