@@ -39,7 +39,7 @@ def kl_table(d, only):
         print("| %s | %s | %.4g | %.4g | %.4g | %.4g | %.2f | %+.2e | %.4f |" % (
             m["spec"], cache_cols(m["cache"]), k["mean"], k["median"], k["p99"], k["max"],
             100 * m["same_top"], m["dp_mean"], m["ppl_ratio"]))
-    if "dense_check" in d:
+    if d.get("dense_check"):  # null without --dense-check
         dc = d["dense_check"]
         print("\ndense check (full:f32): chunked prefill through the cache vs one dense chunk: "
               "max |Δlogit| %.3g, KL mean %.3g; decode through the cache vs the same tokens as "

@@ -94,10 +94,13 @@ expect 1 "$TMP/missing.txt: cannot open" "$KVCOMP" run -m "$MODEL" -f "$TMP/miss
 expect 2 "exactly one of --budget" "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned"
 expect 2 "--budget 'x'" "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned" --budget x
 if [[ -r "$MODEL" ]]; then
-    expect 1 "tune: candidate 'q9g32': bits '9' not in 1..4" \
-        "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned" --budget 2 --candidates q2g32,q9g32
-    expect 1 "budget 1 bits per element is below the cheapest choice" \
-        "$KVCOMP" tune -m "$MODEL" -o "$TMP/t.tuned" --budget 1 --candidates q2g32
+    printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 1 20) >"$TMP/calib.txt"
+    expect 1 "tune: candidate 'q9g32': bits '9' not in 1..4" "$KVCOMP" tune -m "$MODEL" \
+        --text "$TMP/calib.txt" --ctx 16 --cont 4 -o "$TMP/t.tuned" --budget 2 --candidates q2g32,q9g32
+    expect 1 "budget 1 bits per element is below the cheapest choice" "$KVCOMP" tune -m "$MODEL" \
+        --text "$TMP/calib.txt" --ctx 16 --cont 4 -o "$TMP/t.tuned" --budget 1 --candidates q2g32
+    expect 1 "the text has [0-9]+ tokens; --offset 0 \\+ --ctx 4096 \\+ --cont 64 needs 4160" \
+        "$KVCOMP" tune -m "$MODEL" --text "$TMP/calib.txt" --ctx 4096 -o "$TMP/t.tuned" --budget 2
     printf 'kvcomp-tuned 1\nlayers 2\nlayer 0 q2g32 q2g32\nlayer 1 q2g32 q2g32\n' >"$TMP/two.tuned"
     expect 1 "profile .*two.tuned has 2 layers, the model has [0-9]+" \
         "$KVCOMP" run -m "$MODEL" -p hi -n 1 --kv "tuned:profile=$TMP/two.tuned"
