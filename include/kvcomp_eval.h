@@ -1,9 +1,9 @@
 /* kvcomp's measuring tools — the eval API, for programs such as the kvcomp
  * command: quality against the dense reference (KL, RULER-style tasks),
  * benchmarks (read bandwidth, decode attention, end-to-end decode), K/V dumps,
- * the KVmix profiler and `kvcomp tune`, GGUF inspection, method listings, and the report pieces
- * they print with (JSON writer, progress line, plots). Built on kvcomp.h; one
- * header per tool under kvcomp/, all included here. */
+ * the KVmix profiler and `kvcomp tune`, GGUF inspection, method listings, and
+ * the report pieces they print with (JSON writer, progress line, plots). Built
+ * on kvcomp.h; one header per tool under kvcomp/, all included here. */
 #ifndef KVCOMP_EVAL_H
 #define KVCOMP_EVAL_H
 
