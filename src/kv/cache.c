@@ -133,6 +133,7 @@ kvc_status kvc_cache_create(const kvc_cache_shape *shape, const char *spec, stru
             st = m->ops.create(&env, &c->mstate[j]);
             if (st == KVC_OK) c->mstate_created[j] = 1;
         }
+        if (m->ops.sink_tokens && st == KVC_OK) c->sinks = m->ops.sink_tokens(c->mstate[j]);
         if (m->ops.hot_leave && c->i_hot_leave < 0) c->i_hot_leave = j;
         if (m->ops.build_chunk && c->i_build < 0) c->i_build = j;
         if (m->ops.select && c->i_select < 0) c->i_select = j;
@@ -213,23 +214,40 @@ static kvc_status map_kv(const kvc_stream *s, int n, const float *k, const float
     return KVC_OK;
 }
 
+/* Stores n tokens (mapped into the stream's space unless already): those
+ * still within the first c->sinks positions in the sink chunk, the rest in the
+ * hot window (*n_hot of them, the last ones). */
+static kvc_status push_tokens(kvc_cache *c, kvc_stream *s, int n, const float *k, const float *v, int ld,
+                              int mapped, int *n_hot) {
+    float *kv = NULL;
+    if (s->xf && !mapped) {
+        KVC_TRY(map_kv(s, n, k, v, ld, &kv));
+        k = kv;
+        v = kv + (size_t)n * s->dim;
+        ld = s->dim;
+    }
+    int sink = s->n_pos < c->sinks ? (int)(c->sinks - s->n_pos < n ? c->sinks - s->n_pos : n) : 0;
+    kvc_status st = sink ? kvc_stream_sink_push(s, k, v, sink, ld) : KVC_OK;
+    if (st == KVC_OK && n > sink)
+        st = kvc_stream_hot_push(s, k + (size_t)sink * ld, v + (size_t)sink * ld, n - sink, ld);
+    free(kv);
+    *n_hot = n - sink;
+    return st;
+}
+
 /* Appends n tokens to one stream: k, v rows at stride ld; q (n rows at stride
  * ldq of G*dim floats) or NULL; all in the original space unless `mapped`
- * (prefill maps them into the stream's space before it attends). */
+ * (prefill maps them into the stream's space before it attends). Sink tokens
+ * never reach the method's hooks. */
 static kvc_status append_stream(kvc_cache *c, kvc_stream *s, int n, const float *k, const float *v,
                                 int ld, const float *q, int ldq, float *qbuf, int mapped) {
-    int d = s->dim;
+    int d = s->dim, n_hot;
     for (int j = 0; j < c->spec.n; j++)
         if (c->spec.m[j]->ops.step) KVC_TRY(c->spec.m[j]->ops.step(c->mstate[j], s, s->mstate[j]));
-    if (s->xf && !mapped) {
-        float *kv;
-        KVC_TRY(map_kv(s, n, k, v, ld, &kv));
-        kvc_status st = kvc_stream_hot_push(s, kv, kv + (size_t)n * d, n, d);
-        free(kv);
-        KVC_TRY(st);
-    } else {
-        KVC_TRY(kvc_stream_hot_push(s, k, v, n, ld));
-    }
+    KVC_TRY(push_tokens(c, s, n, k, v, ld, mapped, &n_hot));
+    if (q) q += (size_t)(n - n_hot) * ldq;
+    n = n_hot;
+    if (n == 0) return KVC_OK;
     if (c->any_on_append) {
         const float *qg = NULL;
         if (q && qbuf) {

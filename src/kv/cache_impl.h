@@ -30,6 +30,7 @@ struct kvc_cache {
     void *token_text_ctx;
     int64_t tokens_seen;          /* positions reported by kvc_cache_observe_tokens */
     kvc_sel_usage *usage;         /* [n_streams] decode read / reuse statistics */
+    int sinks;                    /* first positions kept in each stream's sink chunk */
     int any_xf;                   /* some stream lives in a transformed space (kvc_stream.xf) */
     float *qmap;                  /* [n_heads][head_dim] decode queries in their streams' spaces */
 };

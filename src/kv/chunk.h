@@ -67,6 +67,7 @@ enum kvc_chunk_flags {
     KVC_CHUNK_HOT = 1u << 0,    /* the stream's dense hot window */
     KVC_CHUNK_FAR = 1u << 1,    /* lives in a far tier (SentKV offload): reads are transfers */
     KVC_CHUNK_ALWAYS = 1u << 2, /* attended even if it has a selector (sinks, pivots) */
+    KVC_CHUNK_SINK = 1u << 3,   /* the stream's first tokens, dense forever: never evicted or rebuilt */
 };
 
 typedef struct kvc_chunk {

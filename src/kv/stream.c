@@ -127,6 +127,33 @@ kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, in
     return KVC_OK;
 }
 
+kvc_status kvc_stream_sink_push(kvc_stream *s, const float *k, const float *v, int n, int ld) {
+    kvc_chunk *c = s->n_chunks ? s->chunks[0] : NULL;
+    if (!c || !(c->flags & KVC_CHUNK_SINK)) {
+        KVC_CHECK(s->n_chunks == 0 && s->hot->n == 0, KVC_ERR_INTERNAL,
+                  "sink tokens at position %lld after %d chunks and %d hot tokens", (long long)s->n_pos,
+                  s->n_chunks, s->hot->n);
+        kvc_codec dc = {.ops = s->hot->kc.ops, .dim = s->dim, .cfg = NULL};
+        KVC_TRY(kvc_chunk_encode(&dc, &dc, NULL, NULL, 0, s->dim, s->n_pos, NULL, NULL, &c));
+        c->flags = KVC_CHUNK_SINK | KVC_CHUNK_ALWAYS;
+        kvc_status st = kvc_stream_insert(s, 0, c);
+        if (st != KVC_OK) {
+            kvc_chunk_free(c);
+            return st;
+        }
+    }
+    KVC_TRY(c->kc.ops->append(&c->kc, c->kb, k, n, ld));
+    kvc_status st = c->vc.ops->append(&c->vc, c->vb, v, n, ld);
+    if (st != KVC_OK) { /* keep K and V the same length */
+        kvc_dense_truncate(c->kb, c->n);
+        return st;
+    }
+    c->n += n;
+    s->n_pos += n;
+    s->version++;
+    return KVC_OK;
+}
+
 kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *ctx) {
     kvc_chunk *h = s->hot;
     KVC_CHECK(n >= 0 && n <= h->n, KVC_ERR_INTERNAL, "hot seal: %d of %d tokens", n, h->n);

@@ -80,6 +80,13 @@ typedef kvc_status (*kvc_build_fn)(void *ctx, kvc_stream *s, const float *k, con
                                    int n, int64_t pos0, kvc_chunk **out);
 kvc_status kvc_stream_hot_seal(kvc_stream *s, int n, kvc_build_fn build, void *ctx);
 
+/* Appends n tokens k, v [n][ld] (positions n_pos..) to the stream's sink chunk,
+ * chunks[0] with KVC_CHUNK_SINK | KVC_CHUNK_ALWAYS, dense in the hot window's
+ * type, created on the first call (which must come before any other chunk):
+ * the attention sinks a cache with `+sinks` keeps exact and never hands to the
+ * method. */
+kvc_status kvc_stream_sink_push(kvc_stream *s, const float *k, const float *v, int n, int ld);
+
 /* Hot tokens [begin, end) widened to f32 rows: *k, *v [end-begin][dim] in the
  * stream's staging buffer (valid until the next call for this stream). */
 kvc_status kvc_stream_hot_f32(kvc_stream *s, int begin, int end, const float **k, const float **v);

@@ -21,7 +21,8 @@
  * ("mustafar:...+h2o:budget=0.2") it only evicts, and the base's chunks stay
  * as they are: re-encoding a bitmap_f16 chunk from its decoded rows is exact
  * (the kept values are the only non-zeros and are already f16). Tokens in the
- * hot window are never evicted (they count as recent). */
+ * hot window are never evicted (they count as recent), nor are the tokens of
+ * a sink chunk (`+sinks`), which count within the budget. */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -138,7 +139,8 @@ static kvc_status new_scores(int n, h2o_chunk **out) {
 static kvc_status sync(h2o_stream *hs, kvc_stream *s) {
     int64_t hot_start = s->n_pos - s->hot->n;
     if (hs->hot_pos0 < hot_start) {
-        for (int ci = s->n_chunks - 1; ci >= 0 && !s->chunks[ci]->user; ci--) {
+        for (int ci = s->n_chunks - 1; ci >= 0 && !s->chunks[ci]->user && !(s->chunks[ci]->flags & KVC_CHUNK_SINK);
+             ci--) {
             kvc_chunk *c = s->chunks[ci];
             h2o_chunk *u = NULL;
             KVC_TRY(new_scores(c->n, &u));
@@ -291,6 +293,10 @@ static kvc_status evict(const h2o_state *st, h2o_stream *hs, kvc_stream *s) {
     int64_t n_cand = 0;
     for (int ci = 0; ci < s->n_chunks; ci++) {
         const kvc_chunk *c = s->chunks[ci];
+        if (c->flags & KVC_CHUNK_SINK) { /* kept, within the budget */
+            slots -= c->n;
+            continue;
+        }
         for (int i = 0; i < c->n; i++)
             if (!kvc_chunk_is_dead(c, i) && kvc_chunk_pos(c, i) < recent_from) n_cand++;
     }
@@ -302,7 +308,7 @@ static kvc_status evict(const h2o_state *st, h2o_stream *hs, kvc_stream *s) {
     for (int ci = 0; ci < s->n_chunks; ci++) {
         const kvc_chunk *c = s->chunks[ci];
         const h2o_chunk *u = chunk_scores(c);
-        for (int i = 0; i < c->n; i++) {
+        for (int i = 0; i < c->n && !(c->flags & KVC_CHUNK_SINK); i++) { /* sinks are never evicted */
             int64_t p = kvc_chunk_pos(c, i);
             if (kvc_chunk_is_dead(c, i) || p >= recent_from) continue;
             cs[w++] = (cand){u ? u->acc[i] : 0.0f, p, ci, i};
@@ -369,8 +375,8 @@ static kvc_status score_prefill(const h2o_state *st, h2o_stream *hs, kvc_stream 
             int64_t o = 0;
             for (int ci = 0; ci < s->n_chunks; ci++) {
                 const kvc_chunk *c = s->chunks[ci];
-                h2o_chunk *u = chunk_scores(c);
-                for (int i = 0; i < c->n; i++) u->acc[i] += row[o + i] * inv;
+                h2o_chunk *u = chunk_scores(c); /* NULL: a sink chunk, never evicted */
+                for (int i = 0; u && i < c->n; i++) u->acc[i] += row[o + i] * inv;
                 o += c->n;
             }
             for (int j = 0; j < vis; j++) hs->hot_acc[j] += row[off + j] * inv;

@@ -69,7 +69,7 @@ static kvc_status kivi_build_chunk(void *state, kvc_stream *s, void *sstate, con
     return kvc_chunk_encode(&kc, &vc, k, v, n, s->dim, pos0, NULL, NULL, out);
 }
 
-static const char *const kivi_stacks[] = {"rot", NULL};
+static const char *const kivi_stacks[] = {"rot", "sinks", NULL};
 
 const kvc_method kvc_method_kivi = {
     .name = "kivi",

@@ -134,7 +134,7 @@ static kvc_status kvmix_build_chunk(void *state, kvc_stream *s, void *sstate, co
     return kvc_chunk_encode(&kc, &vc, k, v, n, s->dim, pos0, NULL, NULL, out);
 }
 
-static const char *const kvmix_stacks[] = {"rot", NULL};
+static const char *const kvmix_stacks[] = {"rot", "sinks", NULL};
 
 const kvc_method kvc_method_kvmix = {
     .name = "kvmix",

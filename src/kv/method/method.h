@@ -103,6 +103,11 @@ typedef struct kvc_method_ops {
      * attention outputs back; every hook then sees that space. */
     kvc_xform *(*stream_xform)(void *state, int layer, int head);
 
+    /* Optional (the `sinks` modifier): the first N positions of every stream
+     * go to its sink chunk (kvc_stream_sink_push), dense and exact forever,
+     * and never reach any layer's on_append, hot_leave or build_chunk. */
+    int (*sink_tokens)(void *state);
+
     /* Optional (base layer): element type of the hot window, a kvc_dense_type;
      * NULL: f16. `full` keeps its own type (f32 stays the exact reference). */
     int (*hot_type)(void *state);

@@ -23,6 +23,7 @@ extern const kvc_method kvc_method_sentkv;
 extern const kvc_method kvc_method_mosaic;
 extern const kvc_method kvc_method_rot;
 extern const kvc_method kvc_method_tuned;
+extern const kvc_method kvc_method_sinks;
 
 const kvc_method *const kvc_method_registry[] = {
     &kvc_method_full,
@@ -38,6 +39,7 @@ const kvc_method *const kvc_method_registry[] = {
     &kvc_method_mosaic,
     &kvc_method_rot,
     &kvc_method_tuned,
+    &kvc_method_sinks,
     NULL,
 };
 

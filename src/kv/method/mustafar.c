@@ -195,6 +195,7 @@ static kvc_status mustafar_on_append(void *state, kvc_stream *s, void *sstate, i
     mustafar_stream *ms = sstate;
     if (!ms) return KVC_OK;
     int d = st->dim, G = st->G, W = st->cfg.window > 0 ? st->cfg.window : 1;
+    if (ms->n == 0) ms->pos0 = s->n_pos - n; /* the first hot token (sinks stay out of the window) */
     KVC_TRY(reserve(ms, ms->n + n, d));
     memset(ms->qsum + (size_t)ms->n * d, 0, (size_t)n * d * sizeof(float));
     memset(ms->seen + ms->n, 0, (size_t)n * sizeof(int));
@@ -301,7 +302,7 @@ static uint64_t mustafar_buffer_bytes(const void *state, const kvc_stream *s, co
            (uint64_t)ms->scratch_n * st->dim * sizeof(float) + sizeof *ms;
 }
 
-static const char *const mustafar_stacks[] = {"kivi", "h2o", "rot", NULL};
+static const char *const mustafar_stacks[] = {"kivi", "h2o", "rot", "sinks", NULL};
 
 const kvc_method kvc_method_mustafar = {
     .name = "mustafar",

@@ -151,7 +151,7 @@ static kvc_status packkv_build_chunk(void *state, kvc_stream *s, void *sstate, c
     return r;
 }
 
-static const char *const packkv_stacks[] = {"h2o", "rot", NULL};
+static const char *const packkv_stacks[] = {"h2o", "rot", "sinks", NULL};
 
 const kvc_method kvc_method_packkv = {
     .name = "packkv",

@@ -172,7 +172,7 @@ static uint64_t think_buffer_bytes(const void *state, const kvc_stream *s, const
     return sizeof *ts + ((uint64_t)st->cfg.obs + ts->scratch_n) * st->dim * sizeof(float);
 }
 
-static const char *const think_stacks[] = {"rot", NULL};
+static const char *const think_stacks[] = {"rot", "sinks", NULL};
 
 const kvc_method kvc_method_think = {
     .name = "think",
