@@ -37,8 +37,9 @@ typedef struct kvc_xform_ops {
     void (*restore)(const kvc_xform *x, int which, const float *xt, int n, int ldt, float *out,
                     int ld);
     /* Optional: maps n rows of the original space into the stored one (which =
-     * 0 keys, 1 values). A transform with it can be a whole stream's space
-     * (kvc_stream.xf: keys and values mapped as they enter the cache). */
+     * 0 keys, 1 values); in and out may be the same rows. A transform with it
+     * can be a whole stream's space (kvc_stream.xf: keys and values mapped as
+     * they enter the cache). */
     void (*apply)(const kvc_xform *x, int which, const float *in, int n, int ldin, float *out,
                   int ldout);
     uint64_t (*bytes)(const kvc_xform *x); /* rotation matrices etc.: counted as meta */

@@ -113,18 +113,23 @@ kvc_status kvc_stream_hot_f32(kvc_stream *s, int begin, int end, const float **k
     return KVC_OK;
 }
 
-kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, int n, int ld) {
-    kvc_chunk *h = s->hot;
-    if (h->n == 0) h->pos0 = s->n_pos;
-    KVC_TRY(h->kc.ops->append(&h->kc, h->kb, k, n, ld));
-    kvc_status st = h->vc.ops->append(&h->vc, h->vb, v, n, ld);
+/* Appends n tokens to a dense chunk (the hot window, the sink chunk) as the
+ * stream's next positions. */
+static kvc_status dense_push(kvc_stream *s, kvc_chunk *c, const float *k, const float *v, int n, int ld) {
+    KVC_TRY(c->kc.ops->append(&c->kc, c->kb, k, n, ld));
+    kvc_status st = c->vc.ops->append(&c->vc, c->vb, v, n, ld);
     if (st != KVC_OK) { /* keep K and V the same length */
-        kvc_dense_truncate(h->kb, h->n);
+        kvc_dense_truncate(c->kb, c->n);
         return st;
     }
-    h->n += n;
+    c->n += n;
     s->n_pos += n;
     return KVC_OK;
+}
+
+kvc_status kvc_stream_hot_push(kvc_stream *s, const float *k, const float *v, int n, int ld) {
+    if (s->hot->n == 0) s->hot->pos0 = s->n_pos;
+    return dense_push(s, s->hot, k, v, n, ld);
 }
 
 kvc_status kvc_stream_sink_push(kvc_stream *s, const float *k, const float *v, int n, int ld) {
@@ -142,14 +147,7 @@ kvc_status kvc_stream_sink_push(kvc_stream *s, const float *k, const float *v, i
             return st;
         }
     }
-    KVC_TRY(c->kc.ops->append(&c->kc, c->kb, k, n, ld));
-    kvc_status st = c->vc.ops->append(&c->vc, c->vb, v, n, ld);
-    if (st != KVC_OK) { /* keep K and V the same length */
-        kvc_dense_truncate(c->kb, c->n);
-        return st;
-    }
-    c->n += n;
-    s->n_pos += n;
+    KVC_TRY(dense_push(s, c, k, v, n, ld));
     s->version++;
     return KVC_OK;
 }
