@@ -12,7 +12,6 @@
  *   3. merge: the parts' (max, sum, output) are combined in a fixed order, and
  *      if asked the attention weights are reported per item.
  * Phases 1 and 2 run in parallel on the pool; phase 3 on the caller. */
-#define _GNU_SOURCE /* qsort_r */
 #include "kv/attend.h"
 
 #include <math.h>
@@ -23,6 +22,7 @@
 
 #include "base/status.h"
 #include "base/threadpool.h"
+#include "kv/select/topk.h"
 #include "kv/softmax.h"
 
 enum { TILE = 256, MAX_THREADS = 256, SERIAL_TOKENS = 8192 };
@@ -57,7 +57,8 @@ typedef struct req_state {
     int part0, n_parts;            /* parts [part0, part0 + n_parts) of the task list */
     float *sraw; size_t sraw_cap;  /* [G][n_tokens] raw scores when want_attn */
     /* selection scratch */
-    float *uscore; int32_t *uci; kvc_range *ur; int *uorder; size_t ucap;
+    float *uscore; int32_t *uci; kvc_range *ur; int32_t *ulen; uint8_t *utaken; size_t ucap;
+    kvc_topk_ws topk;
     double t_score, t_topk;        /* this call's selection time */
     kvc_status st;
 } req_state;
@@ -95,7 +96,8 @@ kvc_status kvc_attend_ws_create(kvc_attend_ws **out) {
 
 static void req_state_free(req_state *r) {
     free(r->qs); free(r->qt); free(r->groups); free(r->items); free(r->ranges); free(r->sraw);
-    free(r->uscore); free(r->uci); free(r->ur); free(r->uorder);
+    free(r->uscore); free(r->uci); free(r->ur); free(r->ulen); free(r->utaken);
+    kvc_topk_ws_free(&r->topk);
 }
 
 void kvc_attend_ws_free(kvc_attend_ws *ws) {
@@ -117,7 +119,8 @@ uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws) {
         const req_state *r = &ws->reqs[i];
         b += sizeof *r + r->qt_cap * 4 + (uint64_t)r->cap_items * sizeof(item) +
              (uint64_t)r->cap_ranges * sizeof(kvc_range) + r->sraw_cap * 4 +
-             r->ucap * (4 + 4 + sizeof(kvc_range) + sizeof(int)) + (uint64_t)r->cap_groups * sizeof(group);
+             r->ucap * (4 + 4 + sizeof(kvc_range) + 4 + 1) + r->topk.cap * (2 + 4) +
+             (uint64_t)r->cap_groups * sizeof(group);
     }
     for (int i = 0; i < MAX_THREADS; i++)
         b += (ws->th[i].cap_s * 2 + ws->th[i].cap_acc * 2 + ws->th[i].cap_g) * 4;
@@ -191,49 +194,10 @@ static int tile_for(const kvc_chunk *c) {
     return g >= TILE ? g : TILE - TILE % g;
 }
 
-static int cmp_score_desc(const void *a, const void *b, void *ctx) {
-    const float *s = ctx;
-    float x = s[*(const int *)a], y = s[*(const int *)b];
-    if (x != y) return x > y ? -1 : 1;
-    return *(const int *)a - *(const int *)b; /* stable: earlier unit first */
-}
-
-/* Reorders idx[0..n) so that its first k entries are the k best by
- * cmp_score_desc (in any order): quickselect with median-of-three pivots. */
-static void select_top(int *idx, size_t n, size_t k, const float *score) {
-    size_t lo = 0, hi = n; /* the k-th best lies in [lo, hi) */
-    while (hi - lo > 1) {
-        size_t mid = lo + (hi - lo) / 2;
-        int a = idx[lo], b = idx[mid], c = idx[hi - 1], piv;
-        /* median of three by the same order */
-        if (cmp_score_desc(&a, &b, (void *)score) > 0) { int t = a; a = b; b = t; }
-        if (cmp_score_desc(&b, &c, (void *)score) > 0) { int t = b; b = c; c = t; }
-        if (cmp_score_desc(&a, &b, (void *)score) > 0) { int t = a; a = b; b = t; }
-        piv = b;
-        /* three-way partition: better than pivot | pivot | worse */
-        size_t i = lo, lt = lo, gt = hi;
-        while (i < gt) {
-            int cm = cmp_score_desc(&idx[i], &piv, (void *)score);
-            if (cm < 0) { int t = idx[i]; idx[i] = idx[lt]; idx[lt] = t; lt++; i++; }
-            else if (cm > 0) { gt--; int t = idx[i]; idx[i] = idx[gt]; idx[gt] = t; }
-            else i++;
-        }
-        if (k <= lt) hi = lt;
-        else if (k >= gt) lo = gt;
-        else return;
-    }
-}
-
 typedef struct unit_ref {
     int32_t ci;
     kvc_range r;
 } unit_ref;
-
-static int cmp_unit(const void *a, const void *b) {
-    const unit_ref *x = a, *y = b;
-    if (x->ci != y->ci) return x->ci < y->ci ? -1 : 1;
-    return x->r.begin - y->r.begin;
-}
 
 /* Selection: returns the chosen units of selectable chunks sorted by (chunk, begin). */
 static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const int *chunk_group,
@@ -257,12 +221,13 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
     }
     if (nu > r->ucap) {
         size_t cap = nu;
-        free(r->uscore); free(r->uci); free(r->ur); free(r->uorder);
+        free(r->uscore); free(r->uci); free(r->ur); free(r->ulen); free(r->utaken);
         r->uscore = malloc(cap * sizeof *r->uscore);
         r->uci = malloc(cap * sizeof *r->uci);
         r->ur = malloc(cap * sizeof *r->ur);
-        r->uorder = malloc(cap * sizeof *r->uorder);
-        r->ucap = r->uscore && r->uci && r->ur && r->uorder ? cap : 0;
+        r->ulen = malloc(cap * sizeof *r->ulen);
+        r->utaken = malloc(cap);
+        r->ucap = r->uscore && r->uci && r->ur && r->ulen && r->utaken ? cap : 0;
         if (!r->ucap) return kvc_fail(KVC_ERR_NOMEM, "unit arrays (%zu units)", nu);
     }
     size_t k = 0;
@@ -270,51 +235,37 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
     for (int ci = 0; ci < s->n_chunks; ci++) {
         const kvc_chunk *c = s->chunks[ci];
         if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
-        int n = c->sel.ops->n_units(c->sel.index);
         int g = chunk_group[ci];
         const float *q = g >= 0 ? r->qt + r->groups[g].q_off : r->qs;
         int ldq = g >= 0 ? r->groups[g].xf->dim_k : s->dim;
         c->sel.ops->score(c->sel.index, q, G, ldq, r->uscore + k);
-        for (int u = 0; u < n; u++) {
-            r->uci[k + u] = ci;
-            r->ur[k + u] = c->sel.ops->unit(c->sel.index, u);
-            r->uorder[k + u] = (int)(k + u);
-        }
-        k += (size_t)n;
+        k += (size_t)c->sel.ops->n_units(c->sel.index);
     }
     double t1 = now_s();
     r->t_score = t1 - t0;
-    /* Greedy in score order needs at most budget / shortest-unit units: put the
-     * best K first (quickselect, O(units)) and sort only those; if greedy runs
-     * out of them with budget left (it skipped long units), sort everything. */
-    int min_len = INT32_MAX;
-    for (size_t i = 0; i < nu; i++) {
-        int len = r->ur[i].end - r->ur[i].begin;
-        if (len < min_len) min_len = len;
-    }
-    size_t kk = nu;
-    if (nu > 0 && min_len > 0 && rq->plan.budget / min_len + 1 < (int64_t)nu) kk = (size_t)(rq->plan.budget / min_len) + 1;
-    if (kk < nu) select_top(r->uorder, nu, kk, r->uscore);
-    qsort_r(r->uorder, kk, sizeof *r->uorder, cmp_score_desc, r->uscore);
-    unit_ref *u = malloc((nu ? nu : 1) * sizeof *u);
-    if (!u) return kvc_fail(KVC_ERR_NOMEM, "selected units (%zu)", nu);
-    int64_t left;
-    int n;
-    for (int pass = 0;; pass++) {
-        left = rq->plan.budget;
-        n = 0;
-        for (size_t i = 0; i < kk && left > 0; i++) {
-            int j = r->uorder[i];
-            int len = r->ur[j].end - r->ur[j].begin;
-            if (len > left) continue;
-            u[n++] = (unit_ref){r->uci[j], r->ur[j]};
-            left -= len;
+    k = 0; /* unit ranges and lengths, in (chunk, begin) order */
+    for (int ci = 0; ci < s->n_chunks; ci++) {
+        const kvc_chunk *c = s->chunks[ci];
+        if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
+        int n = c->sel.ops->n_units(c->sel.index);
+        const int32_t *ends = c->sel.ops->ends ? c->sel.ops->ends(c->sel.index) : NULL;
+        for (int u = 0; u < n; u++) {
+            kvc_range x = ends ? (kvc_range){u ? ends[u - 1] : 0, ends[u]} : c->sel.ops->unit(c->sel.index, u);
+            r->uci[k + u] = ci;
+            r->ur[k + u] = x;
+            r->ulen[k + u] = x.end - x.begin;
         }
-        if (kk == nu || left < min_len || pass > 0) break;
-        qsort_r(r->uorder, nu, sizeof *r->uorder, cmp_score_desc, r->uscore);
-        kk = nu;
+        k += (size_t)n;
     }
-    qsort(u, (size_t)n, sizeof *u, cmp_unit);
+    if (kvc_topk_greedy(&r->topk, r->uscore, r->ulen, nu, rq->plan.budget, r->utaken) < 0)
+        return kvc_fail(KVC_ERR_NOMEM, "unit selection (%zu units)", nu);
+    int n = 0;
+    for (size_t i = 0; i < nu; i++) n += r->utaken[i];
+    unit_ref *u = malloc((size_t)(n ? n : 1) * sizeof *u);
+    if (!u) return kvc_fail(KVC_ERR_NOMEM, "selected units (%d)", n);
+    n = 0;
+    for (size_t i = 0; i < nu; i++)
+        if (r->utaken[i]) u[n++] = (unit_ref){r->uci[i], r->ur[i]};
     if (rq->plan.reuse) { /* remember for the next step: one block, freed with free() */
         free(s->sel_cache);
         sc = malloc(sizeof *sc + (size_t)n * (sizeof(int32_t) + sizeof(kvc_range)));
@@ -564,6 +515,12 @@ static void run_part(void *ctx, int task, int thread) {
             }
         }
         const kvc_chunk *c = chunk_at(st, it->ci);
+        if (i + 1 < pt->item1 && r->items[i + 1].nr > 1) { /* scattered ranges: load the next item early */
+            const item *nx = &r->items[i + 1];
+            const kvc_chunk *nc = chunk_at(st, nx->ci);
+            kvc_codec_prefetch_ranges(&nc->kc, nc->kb, r->ranges + nx->r0, nx->nr);
+            kvc_codec_prefetch_ranges(&nc->vc, nc->vb, r->ranges + nx->r0, nx->nr);
+        }
         if (grp >= 0)
             run_item(c, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k, G,
                      gacc, dv, t->s, sraw, r->n_tokens);

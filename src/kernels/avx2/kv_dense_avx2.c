@@ -14,6 +14,10 @@
 typedef enum { T_F32, T_F16, T_BF16 } elem_t;
 
 enum { PF_AHEAD = 4096 }; /* software prefetch distance in bytes: the rows stream from memory */
+/* A range of at least PF_STREAM bytes prefetches past its end (the next tile
+ * follows); a shorter one (a selected unit) only inside itself (see the
+ * AVX-512 file). */
+enum { PF_STREAM = 4 * PF_AHEAD };
 
 static inline size_t esize(elem_t t) { return t == T_F32 ? 4 : 2; }
 
@@ -56,12 +60,13 @@ static inline void qk_dense(elem_t t, const void *x, int n, int d, const float *
                             float *s, int lds) {
     const char *xb = x;
     size_t row = (size_t)d * esize(t);
+    int stream = (size_t)n * row >= PF_STREAM;
     for (int g0 = 0; g0 < G; g0 += 2) {
         int ng = G - g0 < 2 ? G - g0 : 2;
         const float *q0 = q + (size_t)g0 * ldq, *q1 = q + (size_t)(g0 + ng - 1) * ldq;
         int i = 0;
         for (; i + 4 <= n; i += 4) {
-            if (g0 == 0)
+            if (g0 == 0 && (stream || (size_t)(i + 4) * row + PF_AHEAD <= (size_t)n * row))
                 for (size_t b = 0; b < 4 * row; b += 64) _mm_prefetch(xb + (size_t)i * row + PF_AHEAD + b, _MM_HINT_T0);
             __m256 a[2][4];
             #pragma GCC unroll 16
@@ -99,6 +104,7 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
                             float *o, int ldo) {
     const char *xb = x;
     size_t row = (size_t)d * esize(t);
+    int stream = (size_t)n * row >= PF_STREAM;
     for (int j0 = 0; j0 < d; j0 += 32) {
         int w = d - j0 < 32 ? d - j0 : 32;
         int nc = (w + 7) / 8;
@@ -115,7 +121,7 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
             const float *p0 = p + (size_t)g0 * ldp, *p1 = p + (size_t)(g0 + ng - 1) * ldp;
             for (int i = 0; i < n; i++) {
                 const char *xr = xb + (size_t)i * row + (size_t)j0 * esize(t);
-                if (j0 == 0 && g0 == 0)
+                if (j0 == 0 && g0 == 0 && (stream || (size_t)(i + 1) * row + PF_AHEAD <= (size_t)n * row))
                     for (size_t b = 0; b < row; b += 64) _mm_prefetch(xr + PF_AHEAD + b, _MM_HINT_T0);
                 __m256 b0 = _mm256_broadcast_ss(p0 + i), b1 = _mm256_broadcast_ss(p1 + i);
                 #pragma GCC unroll 16

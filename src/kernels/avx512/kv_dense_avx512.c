@@ -17,6 +17,12 @@ typedef enum { T_F32, T_F16, T_BF16 } elem_t;
  * 8 KiB ~10% faster than 4 KiB from DRAM on one core (docs/benchmarks.md). */
 enum { PF_AHEAD = 8192 };
 
+/* A range of at least this many bytes is a stream and prefetches past its end
+ * (the next tile of a chunk follows); a shorter one (a selected unit of a few
+ * tokens) prefetches only inside itself: the rows after it are usually not
+ * selected, and the driver prefetches the next ranges it will read. */
+enum { PF_STREAM = 2 * PF_AHEAD };
+
 /* 16 elements (mask for a partial chunk) widened to f32. */
 static inline __m512 load16(elem_t t, const void *p, __mmask16 m) {
     switch (t) {
@@ -53,10 +59,10 @@ static inline __m512 reduce16(__m512 a[16]) {
 static inline __attribute__((always_inline)) void qk_heads(elem_t t, const char *xb, size_t row, int n, int d,
                                                            const float *q, int g0, int ng, int ldq, float *s,
                                                            int lds, const int GB) {
-    int i = 0;
+    int i = 0, stream = (size_t)n * row >= PF_STREAM;
     for (; i + 4 <= n; i += 4) {
         /* software prefetch PF_AHEAD bytes ahead: the rows stream from memory */
-        if (g0 == 0)
+        if (g0 == 0 && (stream || (size_t)(i + 4) * row + PF_AHEAD <= (size_t)n * row))
             for (size_t b = 0; b < 4 * row; b += 64) _mm_prefetch(xb + (size_t)i * row + PF_AHEAD + b, _MM_HINT_T0);
         __m512 acc[16];
         #pragma GCC unroll 16
@@ -110,6 +116,7 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
                             float *o, int ldo) {
     const char *xb = x;
     size_t row = (size_t)d * esize(t);
+    int stream = (size_t)n * row >= PF_STREAM;
     for (int j0 = 0; j0 < d; j0 += 64) {
         int nc = (d - j0 + 15) / 16;
         if (nc > 4) nc = 4;
@@ -127,7 +134,7 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
                                                  : _mm512_setzero_ps();
             for (int i = 0; i < n; i++) {
                 const char *xr = xb + (size_t)i * row + (size_t)j0 * esize(t);
-                if (j0 == 0 && g0 == 0)
+                if (j0 == 0 && g0 == 0 && (stream || (size_t)(i + 1) * row + PF_AHEAD <= (size_t)n * row))
                     for (size_t b = 0; b < row; b += 64) _mm_prefetch(xr + PF_AHEAD + b, _MM_HINT_T0);
                 __m512 v[4];
                 #pragma GCC unroll 16

@@ -60,6 +60,13 @@ typedef struct kvc_codec_ops {
     void (*pv)(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
                int end, float *o, int ldo);
 
+    /* Optional: a hint that tokens [begin, end) are read next — the codec asks
+     * the memory system to start loading them (the driver calls it for the
+     * next work item of scattered selected ranges while it computes the
+     * current one, since short ranges defeat the hardware prefetcher). No
+     * effect on any result. */
+    void (*prefetch)(const kvc_codec *c, const void *blob, int begin, int end);
+
     /* Dense reconstruction of tokens [begin, end) into x [end-begin][ld]
      * (reference, tests, chunked prefill, re-encoding). */
     void (*decode)(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld);
@@ -89,6 +96,8 @@ void kvc_codec_qk_ranges(const kvc_codec *c, const void *blob, const float *q, i
                          const kvc_range *r, int nr, float *s, int lds);
 void kvc_codec_pv_ranges(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,
                          const kvc_range *r, int nr, float *o, int ldo);
+/* The prefetch hint over a list of ranges (nothing if the codec has none). */
+void kvc_codec_prefetch_ranges(const kvc_codec *c, const void *blob, const kvc_range *r, int nr);
 
 /* Looks up a registered codec table by name ("f32", "f16", "bf16", ...);
  * NULL when unknown. Tables register in codec_registry.c. */

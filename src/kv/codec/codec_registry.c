@@ -15,6 +15,7 @@
 #include "kv/codec/iquant.h"
 #include "kv/codec/packkv.h"
 #include "kv/codec/packed.h"
+#include "kv/select/minmax_block.h"
 #include "kv/softmax.h"
 
 static const kvc_codec_ops *const codecs[] = {
@@ -45,6 +46,7 @@ static void init_all(void) {
     kvc_isa isa = kvc_active_isa();
     kvc_softmax_init(isa);
     kvc_dense_init(isa);
+    kvc_minmax_kernels_init(isa);
     if (isa >= KVC_ISA_AVX2) kvc_iq_register_avx2(&kvc_iq_k);
     if (isa >= KVC_ISA_AVX512) kvc_iq_register_avx512(&kvc_iq_k);
     if (isa >= KVC_ISA_AVX2) kvc_pk_register_avx2(&kvc_pk_k);
@@ -59,6 +61,12 @@ void kvc_codec_qk_ranges(const kvc_codec *c, const void *blob, const float *q, i
                          const kvc_range *r, int nr, float *s, int lds) {
     for (int i = 0; i < nr; s += r[i].end - r[i].begin, i++)
         if (r[i].end > r[i].begin) c->ops->qk(c, blob, q, G, ldq, r[i].begin, r[i].end, s, lds);
+}
+
+void kvc_codec_prefetch_ranges(const kvc_codec *c, const void *blob, const kvc_range *r, int nr) {
+    if (!c->ops->prefetch) return;
+    for (int i = 0; i < nr; i++)
+        if (r[i].end > r[i].begin) c->ops->prefetch(c, blob, r[i].begin, r[i].end);
 }
 
 void kvc_codec_pv_ranges(const kvc_codec *c, const void *blob, const float *p, int G, int ldp,

@@ -1,7 +1,7 @@
 /* The min/max bound index (minmax.h): per unit the channel-wise key max and
- * min in f16 rounded outward, the unit boundaries, and the bound
- * sum_i max(q_i max_i, q_i min_i) per query head. Scoring widens one unit's
- * two rows with the dense f16 kernel and takes the per-channel products. */
+ * min in f16 rounded outward, stored in blocks of 16 units (minmax_block.h),
+ * the unit ends in one array, and the bound sum_i max(q_i max_i, q_i min_i)
+ * of every unit for all heads of the group in one kernel call. */
 #include "kv/select/minmax.h"
 
 #include <stdlib.h>
@@ -9,15 +9,15 @@
 
 #include "base/f16.h"
 #include "base/status.h"
-#include "kv/codec/dense.h"
+#include "kv/select/minmax_block.h"
 
-enum { MINMAX_MAX_DIM = 1024 };
+enum { MINMAX_MAX_DIM = 1024, QPM_STACK = 8192 };
 
 struct kvc_minmax {
     int dim;
-    int n, cap;        /* units */
+    int n, cap;        /* units; cap is a multiple of KVC_MM_LANES */
     int32_t *end;      /* [cap] token end of unit u (begin = end[u-1] or 0) */
-    kvc_f16 *mm;       /* [cap][2][dim]: max row, then min row */
+    kvc_f16 *mm;       /* [cap / 16][dim][2][16]: per block and channel, 16 max then 16 min */
 };
 
 kvc_status kvc_minmax_create(int dim, kvc_minmax **out) {
@@ -43,54 +43,61 @@ static kvc_f16 f16_outward(float f, int up) {
     return (kvc_f16)(h & 0x8000u ? h - 1 : h + 1); /* toward +inf */
 }
 
+static size_t block_elems(int dim) { return (size_t)dim * 2 * KVC_MM_LANES; }
+
+/* The f16 of channel c of unit u: its max (which 0) or min (which 1). */
+static kvc_f16 *cell(const kvc_minmax *x, int u, int c, int which) {
+    return x->mm + (size_t)(u / KVC_MM_LANES) * block_elems(x->dim) + (size_t)c * 2 * KVC_MM_LANES +
+           (size_t)which * KVC_MM_LANES + u % KVC_MM_LANES;
+}
+
+/* Room for one more unit: whole blocks, zeroed (unused lanes score 0). */
+static kvc_status reserve_unit(kvc_minmax *x) {
+    if (x->n < x->cap) return KVC_OK;
+    int cap = x->cap ? x->cap * 2 : 4 * KVC_MM_LANES;
+    int32_t *e = realloc(x->end, (size_t)cap * sizeof *e);
+    if (!e) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d units)", cap);
+    x->end = e;
+    size_t old = (size_t)x->cap / KVC_MM_LANES * block_elems(x->dim);
+    size_t all = (size_t)cap / KVC_MM_LANES * block_elems(x->dim);
+    kvc_f16 *m = realloc(x->mm, all * sizeof *m);
+    if (!m) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d units)", cap);
+    memset(m + old, 0, (all - old) * sizeof *m);
+    x->mm = m;
+    x->cap = cap;
+    return KVC_OK;
+}
+
 kvc_status kvc_minmax_add(kvc_minmax *x, const float *k, int n, int ld) {
     KVC_CHECK(n >= 1, KVC_ERR_ARG, "minmax index: unit of %d tokens", n);
     int prev = kvc_minmax_tokens(x);
     KVC_CHECK(prev <= INT32_MAX - n, KVC_ERR_RANGE, "minmax index: %d + %d tokens", prev, n);
-    if (x->n == x->cap) {
-        int cap = x->cap ? x->cap * 2 : 16;
-        int32_t *e = realloc(x->end, (size_t)cap * sizeof *e);
-        if (!e) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d units)", cap);
-        x->end = e;
-        kvc_f16 *m = realloc(x->mm, (size_t)cap * 2 * x->dim * sizeof *m);
-        if (!m) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d units)", cap);
-        x->mm = m;
-        x->cap = cap;
-    }
-    int d = x->dim;
-    kvc_f16 *mx = x->mm + (size_t)x->n * 2 * d, *mn = mx + d;
-    for (int i = 0; i < d; i++) {
+    KVC_CHECK(x->n < INT32_MAX / 2, KVC_ERR_RANGE, "minmax index: %d units", x->n);
+    KVC_TRY(reserve_unit(x));
+    for (int i = 0; i < x->dim; i++) {
         float hi = k[i], lo = k[i];
         for (int t = 1; t < n; t++) {
             float e = k[(size_t)t * ld + i];
             if (e > hi) hi = e;
             if (e < lo) lo = e;
         }
-        mx[i] = f16_outward(hi, 1);
-        mn[i] = f16_outward(lo, 0);
+        *cell(x, x->n, i, 0) = f16_outward(hi, 1);
+        *cell(x, x->n, i, 1) = f16_outward(lo, 0);
     }
     x->end[x->n++] = prev + n;
     return KVC_OK;
 }
 
-/* b[g] = sum_i max(q_i hi_i, q_i lo_i) for the G rows of q. */
-static void bounds_f32(const float *hi, const float *lo, int d, const float *q, int G, int ldq, float *b) {
+void kvc_minmax_bounds(const kvc_minmax *x, int u, const float *q, int G, int ldq, float *out) {
     for (int g = 0; g < G; g++) {
         const float *qg = q + (size_t)g * ldq;
         float s = 0.0f;
-        for (int i = 0; i < d; i++) {
-            float a = qg[i] * hi[i], c = qg[i] * lo[i];
+        for (int i = 0; i < x->dim; i++) {
+            float a = qg[i] * kvc_f16_to_f32(*cell(x, u, i, 0)), c = qg[i] * kvc_f16_to_f32(*cell(x, u, i, 1));
             s += a > c ? a : c;
         }
-        b[g] = s;
+        out[g] = s;
     }
-}
-
-void kvc_minmax_bounds(const kvc_minmax *x, int u, const float *q, int G, int ldq, float *out) {
-    float w[2 * MINMAX_MAX_DIM];
-    int d = x->dim;
-    kvc_dense_k.cvt[KVC_DENSE_F16](x->mm + (size_t)u * 2 * d, (size_t)2 * d, w);
-    bounds_f32(w, w + d, d, q, G, ldq, out);
 }
 
 static int mm_n_units(const void *index) { return ((const kvc_minmax *)index)->n; }
@@ -100,59 +107,45 @@ static kvc_range mm_unit(const void *index, int u) {
     return (kvc_range){u ? x->end[u - 1] : 0, x->end[u]};
 }
 
-/* Scalar path (no memory for the split query): per unit, per head. */
-static void score_scalar(const kvc_minmax *x, const float *q, int G, int ldq, float *scores) {
-    float w[2 * MINMAX_MAX_DIM];
-    int d = x->dim;
-    for (int u = 0; u < x->n; u++) {
-        kvc_dense_k.cvt[KVC_DENSE_F16](x->mm + (size_t)u * 2 * d, (size_t)2 * d, w);
-        float best = 0.0f;
+static const int32_t *mm_ends(const void *index) { return ((const kvc_minmax *)index)->end; }
+
+/* Per unit, the best head's bound one head at a time (no memory for the
+ * split query of all heads). */
+static void score_per_head(const kvc_minmax *x, const float *q, int G, int ldq, float *scores) {
+    float b;
+    for (int u = 0; u < x->n; u++)
         for (int g = 0; g < G; g++) {
-            float b;
-            bounds_f32(w, w + d, d, q + (size_t)g * ldq, 1, ldq, &b);
-            if (g == 0 || b > best) best = b;
+            kvc_minmax_bounds(x, u, q + (size_t)g * ldq, 1, ldq, &b);
+            if (g == 0 || b > scores[u]) scores[u] = b;
         }
-        scores[u] = best;
-    }
 }
 
-/* sum_i max(q_i max_i, q_i min_i) = q⁺·max + q⁻·min with q⁺ = max(q, 0) and
- * q⁻ = min(q, 0): one dot product of the split query [q⁺ | q⁻] with the unit's
- * row [max | min], i.e. the dense f16 qk kernel over the index rows, all heads
- * at once. The per-unit score is the largest head's. */
-enum { SCORE_BLOCK = 256 };
-
+/* The split query [G][q⁺ | q⁻] and one call of the block kernel over all units. */
 static void mm_score(const void *index, const float *q, int G, int ldq, float *scores) {
     const kvc_minmax *x = index;
-    int d = x->dim, d2 = 2 * x->dim;
-    float *qs = malloc((size_t)G * d2 * sizeof *qs + (size_t)G * SCORE_BLOCK * sizeof(float));
-    if (!qs) {
-        score_scalar(x, q, G, ldq, scores);
+    int d = x->dim;
+    if (G < 1 || x->n == 0) return;
+    float stack[QPM_STACK];
+    size_t need = (size_t)G * 2 * d;
+    float *qpm = need <= QPM_STACK ? stack : malloc(need * sizeof *qpm);
+    if (!qpm) {
+        score_per_head(x, q, G, ldq, scores);
         return;
     }
-    float *s = qs + (size_t)G * d2;
     for (int g = 0; g < G; g++)
         for (int i = 0; i < d; i++) {
             float v = q[(size_t)g * ldq + i];
-            qs[(size_t)g * d2 + i] = v > 0.0f ? v : 0.0f;
-            qs[(size_t)g * d2 + d + i] = v < 0.0f ? v : 0.0f;
+            qpm[(size_t)g * 2 * d + i] = v > 0.0f ? v : 0.0f;
+            qpm[(size_t)g * 2 * d + d + i] = v < 0.0f ? v : 0.0f;
         }
-    for (int u0 = 0; u0 < x->n; u0 += SCORE_BLOCK) {
-        int n = x->n - u0 < SCORE_BLOCK ? x->n - u0 : SCORE_BLOCK;
-        kvc_dense_k.qk[KVC_DENSE_F16](x->mm + (size_t)u0 * d2, n, d2, qs, G, d2, s, SCORE_BLOCK);
-        for (int j = 0; j < n; j++) {
-            float best = s[j];
-            for (int g = 1; g < G; g++)
-                if (s[(size_t)g * SCORE_BLOCK + j] > best) best = s[(size_t)g * SCORE_BLOCK + j];
-            scores[u0 + j] = best;
-        }
-    }
-    free(qs);
+    kvc_minmax_k.score(x->mm, x->n, d, qpm, G, scores);
+    if (qpm != stack) free(qpm);
 }
 
 static uint64_t mm_bytes(const void *index) {
     const kvc_minmax *x = index;
-    return sizeof *x + (uint64_t)x->n * (sizeof(int32_t) + 2 * (uint64_t)x->dim * sizeof(kvc_f16));
+    uint64_t blocks = ((uint64_t)x->n + KVC_MM_LANES - 1) / KVC_MM_LANES;
+    return sizeof *x + (uint64_t)x->n * sizeof(int32_t) + blocks * block_elems(x->dim) * sizeof(kvc_f16);
 }
 
 static void mm_free(void *index) {
@@ -167,6 +160,7 @@ const kvc_selector_ops kvc_selector_minmax = {
     .name = "minmax",
     .n_units = mm_n_units,
     .unit = mm_unit,
+    .ends = mm_ends,
     .score = mm_score,
     .bytes = mm_bytes,
     .free = mm_free,

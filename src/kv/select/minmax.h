@@ -14,8 +14,9 @@
  * largest of the G per-head bounds: a unit is needed if any head of the group
  * may attend to it strongly, and each head's bound still bounds its scores.
  *
- * Scoring is one dense f16 dot product per unit and head: with q⁺ = max(q, 0)
- * and q⁻ = min(q, 0) the bound is [q⁺ | q⁻]·[max | min] (minmax.c).
+ * Scoring is one kernel call over all units of the index and all G heads:
+ * with q⁺ = max(q, 0) and q⁻ = min(q, 0) the bound is q⁺·max + q⁻·min, taken
+ * over blocks of 16 units stored channel-major (minmax_block.h).
  *
  * Units are appended in token order (consecutive ranges from token 0 of the
  * chunk): chunks that grow by appending (quest pages, sentkv sentences) extend

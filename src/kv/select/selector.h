@@ -25,6 +25,9 @@ typedef struct kvc_selector_ops {
     /* Number of units and the token range of unit u (sorted, disjoint). */
     int (*n_units)(const void *index);
     kvc_range (*unit)(const void *index, int u);
+    /* Optional: the units' token ends as one array (unit u is [ends[u-1] or 0,
+     * ends[u])), so the driver reads the lengths without a call per unit. */
+    const int32_t *(*ends)(const void *index);
 
     /* One score per unit for the G queries q [G][ldq] (the selector chooses
      * how to combine the heads of the group, e.g. max or sum of per-head

@@ -1,0 +1,53 @@
+/* AVX-512 min/max block scoring (src/kv/select/minmax_block.h; scalar
+ * reference in src/kv/select/minmax_block.c): one zmm lane per unit, 16 units
+ * per block. Per channel the block's 16 max and 16 min values are widened by
+ * VCVTPH2PS and multiplied into two accumulators per head (q⁺ against max,
+ * q⁻ against min: independent FMA chains), heads in groups of up to 4 with the
+ * group size a compile-time constant; the group's best head is kept per lane.
+ * A block of 64 channels is 4 KiB, so a second head group rereads it from L1. */
+#include <immintrin.h>
+
+#include "kv/select/minmax_block.h"
+
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+enum { HG = 4 };
+
+/* The best of heads [0, hg) of qpm over one block, merged into *best. */
+ALWAYS_INLINE void block_heads(const kvc_f16 *b, int dim, const float *qpm, int hg, __m512 *best, int first) {
+    __m512 ah[HG], al[HG];
+    for (int h = 0; h < hg; h++) ah[h] = al[h] = _mm512_setzero_ps();
+    for (int c = 0; c < dim; c++) {
+        const kvc_f16 *row = b + (size_t)c * 2 * KVC_MM_LANES;
+        __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)row));
+        __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + KVC_MM_LANES)));
+        for (int h = 0; h < hg; h++) {
+            const float *qp = qpm + (size_t)h * 2 * dim;
+            ah[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[c]), hi, ah[h]);
+            al[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[dim + c]), lo, al[h]);
+        }
+    }
+    for (int h = 0; h < hg; h++) {
+        __m512 s = _mm512_add_ps(ah[h], al[h]);
+        *best = first && h == 0 ? s : _mm512_max_ps(*best, s);
+    }
+}
+
+void kvc_minmax_score_avx512(const kvc_f16 *blocks, int n, int dim, const float *qpm, int G, float *out) {
+    size_t bstride = (size_t)dim * 2 * KVC_MM_LANES;
+    for (int u0 = 0; u0 < n; u0 += KVC_MM_LANES) {
+        const kvc_f16 *b = blocks + (size_t)(u0 / KVC_MM_LANES) * bstride;
+        __m512 best = _mm512_setzero_ps();
+        for (int g0 = 0; g0 < G; g0 += HG) {
+            const float *q = qpm + (size_t)g0 * 2 * dim;
+            switch (G - g0 < HG ? G - g0 : HG) {
+            case 1: block_heads(b, dim, q, 1, &best, g0 == 0); break;
+            case 2: block_heads(b, dim, q, 2, &best, g0 == 0); break;
+            case 3: block_heads(b, dim, q, 3, &best, g0 == 0); break;
+            default: block_heads(b, dim, q, 4, &best, g0 == 0); break;
+            }
+        }
+        int m = n - u0 < KVC_MM_LANES ? n - u0 : KVC_MM_LANES;
+        _mm512_mask_storeu_ps(out + u0, (__mmask16)((1u << m) - 1u), best);
+    }
+}

@@ -1,0 +1,105 @@
+/* The min/max block scoring kernels (src/kernels/<isa>/kv_minmax_<isa>.c)
+ * against the scalar reference (src/kv/select/minmax_block.c) on raw blocks:
+ * head dims 1..256 (odd ones too), G = 1..10 (more heads than one pass of
+ * either kernel takes), unit counts that leave ragged last blocks (n not a
+ * multiple of 16, n < 16), and adversarial values: all zero, huge magnitudes
+ * (±6e4, f16's range), max below min is never stored but all-negative and
+ * all-positive queries are. The kernels differ from the reference only in the
+ * order of the f32 sums: |a - b| <= 1e-5 * sum_c |q| (|max| + |min|). Lanes
+ * past n must not be written. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "base/f16.h"
+#include "kv/codec/codec.h"
+#include "kv/select/minmax_block.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+
+enum { KIND_RANDOM, KIND_ZERO, KIND_HUGE, KIND_QPOS, KIND_QNEG };
+
+static void run_case(int n, int dim, int G, int kind) {
+    int nb = (n + KVC_MM_LANES - 1) / KVC_MM_LANES;
+    size_t ne = (size_t)nb * dim * 2 * KVC_MM_LANES;
+    kvc_f16 *blk = calloc(ne, sizeof *blk);
+    float *hi = malloc(sizeof(float) * (size_t)n * dim), *lo = malloc(sizeof(float) * (size_t)n * dim);
+    float *qpm = malloc(sizeof(float) * (size_t)G * 2 * dim);
+    float *a = malloc(sizeof(float) * (size_t)(n + 1)), *b = malloc(sizeof(float) * (size_t)(n + 1));
+    assert_non_null(blk);
+    assert_non_null(a);
+    for (int u = 0; u < n; u++)
+        for (int c = 0; c < dim; c++) {
+            float x = frand() * 3.0f, y = frand() * 3.0f;
+            if (kind == KIND_ZERO) x = y = 0.0f;
+            if (kind == KIND_HUGE) x *= 2e4f, y *= 2e4f;
+            float mx = x > y ? x : y, mn = x > y ? y : x;
+            kvc_f16 *row = blk + (size_t)(u / KVC_MM_LANES) * dim * 2 * KVC_MM_LANES + (size_t)c * 2 * KVC_MM_LANES;
+            row[u % KVC_MM_LANES] = kvc_f32_to_f16(mx);
+            row[KVC_MM_LANES + u % KVC_MM_LANES] = kvc_f32_to_f16(mn);
+            hi[(size_t)u * dim + c] = kvc_f16_to_f32(row[u % KVC_MM_LANES]);
+            lo[(size_t)u * dim + c] = kvc_f16_to_f32(row[KVC_MM_LANES + u % KVC_MM_LANES]);
+        }
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < dim; c++) {
+            float v = frand();
+            if (kind == KIND_QPOS) v = fabsf(v);
+            if (kind == KIND_QNEG) v = -fabsf(v);
+            qpm[(size_t)g * 2 * dim + c] = v > 0.0f ? v : 0.0f;
+            qpm[(size_t)g * 2 * dim + dim + c] = v < 0.0f ? v : 0.0f;
+        }
+    a[n] = b[n] = 12345.0f; /* sentinel past the last unit */
+    kvc_minmax_ref.score(blk, n, dim, qpm, G, a);
+    kvc_minmax_k.score(blk, n, dim, qpm, G, b);
+    assert_true(b[n] == 12345.0f);
+    for (int u = 0; u < n; u++) {
+        double mag = 0.0;
+        for (int g = 0; g < G; g++)
+            for (int c = 0; c < dim; c++)
+                mag += fabs(qpm[(size_t)g * 2 * dim + c]) * fabs(hi[(size_t)u * dim + c]) +
+                       fabs(qpm[(size_t)g * 2 * dim + dim + c]) * fabs(lo[(size_t)u * dim + c]);
+        if (!(fabs((double)a[u] - b[u]) <= 1e-5 * mag + 1e-30))
+            fail_msg("n %d dim %d G %d kind %d unit %d: ref %.9g kernel %.9g (magnitude %g)", n, dim, G, kind, u,
+                     a[u], b[u], mag);
+    }
+    free(blk); free(hi); free(lo); free(qpm); free(a); free(b);
+}
+
+static void test_shapes(void **state) {
+    (void)state;
+    const int dims[] = {1, 3, 16, 31, 64, 100, 128, 256};
+    const int ns[] = {1, 7, 15, 16, 17, 33, 64, 250};
+    for (int di = 0; di < 8; di++)
+        for (int ni = 0; ni < 8; ni++)
+            for (int G = 1; G <= 10; G++) run_case(ns[ni], dims[di], G, KIND_RANDOM);
+}
+
+static void test_adversarial(void **state) {
+    (void)state;
+    for (int kind = KIND_ZERO; kind <= KIND_QNEG; kind++)
+        for (int G = 1; G <= 9; G += 4) {
+            run_case(37, 64, G, kind);
+            run_case(5, 128, G, kind);
+        }
+}
+
+int main(void) {
+    kvc_codecs_init();
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_shapes),
+        cmocka_unit_test(test_adversarial),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
