@@ -194,9 +194,12 @@ typedef struct kvc_cache_stats {
     double reuse_rate;
     /* Far tier (sentkv:far=PATH): bytes in the file (not counted above, which
      * is what RAM holds), bytes read back and seconds spent reading them since
-     * the cache was created. */
+     * the cache was created; bytes of attention reads the near buffer served
+     * instead of the file since then, and bytes it holds now (counted above
+     * as payload). */
     uint64_t far_bytes, far_read_bytes;
     double far_read_s;
+    uint64_t far_reused_bytes, far_near_bytes;
     /* Background work of a method (MosaicKV's manager thread), since the cache
      * was created: jobs run, their thread CPU time, step boundaries that found
      * a job still running (decode went on with the temporary form), and times

@@ -26,6 +26,7 @@ typedef struct kvc_bench_decode_row {
     kvc_cache_stats stats;
     uint64_t far_read_bytes;  /* decode steps only: bytes read from the far tier */
     double far_read_s;        /* decode steps only: seconds reading them (summed over threads) */
+    uint64_t far_reused_bytes; /* decode steps only: bytes the near buffer served instead of the file */
     int64_t peak_rss; /* bytes, the process's peak during this method's run (base/rss.h) */
 } kvc_bench_decode_row;
 

@@ -1,6 +1,8 @@
 /* `kvcomp bench bw | attn | decode` (docs/design.md §6: speed is measured by
  * benchmarks, never by timed tests): flags, tables and --json. The work is in
  * src/eval (bench_bw.c, bench_attn.c, bench_decode.c). */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,49 @@ static int split_specs(const char *cmd, const char *list, char **specs, int *n) 
             fprintf(stderr, "kvcomp bench %s: --kv '%s': %s\n", cmd, specs[i], kvc_last_error());
             kvc_spec_list_free(specs, *n);
             return 2;
+        }
+    }
+    return 0;
+}
+
+/* --kv-mem BYTES: "" (none) or digits with an optional K, M or G (powers of
+ * 1024) into *bytes; 0 if it is not a size. */
+static int parse_kv_mem(const char *t, long long *bytes) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(t, &end, 10), mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1LL << 10, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1LL << 20, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1LL << 30, end++;
+    if (end == t || *end || errno || v < 1 || v > LLONG_MAX / mul) return 0;
+    *bytes = v * mul;
+    return 1;
+}
+
+/* Gives every method of specs that has a memory limit (`mem`: sentkv) the
+ * limit; the others keep their whole cache in RAM (said on stderr). */
+static int apply_kv_mem(const char *cmd, const char *kv_mem, char **specs, int n) {
+    long long bytes;
+    if (!parse_kv_mem(kv_mem, &bytes)) {
+        fprintf(stderr, "kvcomp bench %s: --kv-mem '%s' is not a size (bytes, or a number with K, M or G)\n", cmd,
+                kv_mem);
+        return 2;
+    }
+    for (int i = 0; i < n; i++) {
+        size_t len = strlen(specs[i]) + 48;
+        char *with = malloc(len);
+        if (!with) {
+            fprintf(stderr, "kvcomp bench %s: no memory\n", cmd);
+            return 1;
+        }
+        snprintf(with, len, "%s%smem=%lld", specs[i], strchr(specs[i], ':') ? "," : ":", bytes);
+        if (kvc_method_validate(with) == KVC_OK) {
+            free(specs[i]);
+            specs[i] = with;
+        } else {
+            fprintf(stderr, "kvcomp bench %s: --kv-mem: '%s' has no memory limit and keeps its cache in RAM\n", cmd,
+                    specs[i]);
+            free(with);
         }
     }
     return 0;
@@ -305,7 +350,7 @@ static int bench_attn(int argc, char **argv) {
 
 static const char k_decode_usage[] =
     "usage: kvcomp bench decode [-m MODEL] [--ctx N] [-n N] [--kv LIST] [--text FILE]\n"
-    "                           [-t N] [-b N] [--json]\n\n"
+    "                           [--kv-mem BYTES] [-t N] [-b N] [--json]\n\n"
     "End-to-end speed: prefill --ctx tokens of a text (repeated if short), then -n decode\n"
     "steps; decode tokens/s with the time split into weights, attention, cache management\n"
     "and the rest, and the peak RSS of the process during the run, for every method of --kv.\n\n"
@@ -315,13 +360,15 @@ static const char k_decode_usage[] =
     "  -n, --n-gen N      decode steps timed (default 64)\n"
     "      --kv LIST      methods (default full:f16,full:bf16,full:f32)\n"
     "      --text FILE    text for the tokens (default " KVC_DEFAULT_TEXT ")\n"
+    "      --kv-mem BYTES RAM for the sealed context of methods that have a limit (sentkv:\n"
+    "                     mem=), e.g. 256M; what does not fit goes to the far tier\n"
     "  -t, --threads N    worker threads (default: one per CPU)\n"
     "  -b, --batch-size N prefill chunk (default 512)\n"
     "      --json         print one JSON object instead of the table\n";
 
 static int bench_decode(int argc, char **argv) {
     const char *model = KVC_DEFAULT_MODEL, *kv = "full:f16,full:bf16,full:f32";
-    const char *text_path = KVC_DEFAULT_TEXT;
+    const char *text_path = KVC_DEFAULT_TEXT, *kv_mem = NULL;
     int n_ctx = 8192, n_gen = 64, threads = 0, batch = 0, json = 0;
     const kvc_opt opts[] = {
         KVC_STR_OPT("-m", "--model", &model),
@@ -329,6 +376,7 @@ static int bench_decode(int argc, char **argv) {
         KVC_INT_OPT("-n", "--n-gen", &n_gen, 1, 1 << 20),
         KVC_STR_OPT(NULL, "--kv", &kv),
         KVC_STR_OPT(NULL, "--text", &text_path),
+        KVC_STR_OPT(NULL, "--kv-mem", &kv_mem),
         KVC_INT_OPT("-t", "--threads", &threads, 1, KVC_MAX_THREADS),
         KVC_INT_OPT("-b", "--batch-size", &batch, 1, 65536),
         KVC_SWITCH_OPT("--json", &json),
@@ -338,6 +386,10 @@ static int bench_decode(int argc, char **argv) {
     char *specs[MAX_SPECS];
     int n_specs = 0;
     if (split_specs("decode", kv, specs, &n_specs)) return 2;
+    if (kv_mem && (rc = apply_kv_mem("decode", kv_mem, specs, n_specs)) != 0) {
+        kvc_spec_list_free(specs, n_specs);
+        return rc;
+    }
     kvc_model *m = NULL;
     char *text = NULL;
     size_t text_len = 0;
@@ -388,6 +440,7 @@ static int bench_decode(int argc, char **argv) {
                 kvc_json_kv_int(&j, "peak_rss_bytes", r->peak_rss);
                 kvc_json_kv_uint(&j, "far_read_bytes", r->far_read_bytes);
                 kvc_json_kv_num(&j, "far_read_s", r->far_read_s);
+                kvc_json_kv_uint(&j, "far_reused_bytes", r->far_reused_bytes);
                 kvc_report_stats_json(&j, "cache", &r->stats);
                 kvc_json_obj_end(&j);
             }
@@ -398,9 +451,9 @@ static int bench_decode(int argc, char **argv) {
             printf("bench decode: %s | ctx %d, %d decode steps | %d threads, %s\n",
                    *info.name ? info.name : model, n_ctx, n_gen, n_threads,
                    kvc_isa_name(kvc_active_isa()));
-            printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s %10s %10s %11s %11s\n", "method", "prefill t/s",
+            printf("\n%-22s %10s %10s %10s %10s %10s %10s %10s %10s %10s %11s %11s %11s\n", "method", "prefill t/s",
                    "decode t/s", "ms/token", "weights%", "attn%", "cache%", "other%", "RSS MiB", "cache MiB",
-                   "far KB/tok", "far ms/tok");
+                   "far KB/tok", "near KB/tok", "far ms/tok");
             for (int k = 0; k < n_specs; k++) {
                 const kvc_bench_decode_row *r = &rows[k];
                 if (r->status != KVC_OK) {
@@ -408,11 +461,12 @@ static int bench_decode(int argc, char **argv) {
                     continue;
                 }
                 double d = r->decode_s;
-                printf("%-22s %10.1f %10.2f %10.2f %10.1f %10.1f %10.1f %10.1f %10.0f %10.1f %11.1f %11.3f\n",
+                printf("%-22s %10.1f %10.2f %10.2f %10.1f %10.1f %10.1f %10.1f %10.0f %10.1f %11.1f %11.1f %11.3f\n",
                        r->spec, r->prefill_tok_s, r->decode_tok_s, 1e3 * d / n_gen,
                        100 * r->weights_s / d, 100 * r->attention_s / d, 100 * r->cache_s / d,
                        100 * r->other_s / d, r->peak_rss / 1048576.0, r->stats.in_use_bytes / 1048576.0,
-                       r->far_read_bytes / 1024.0 / n_gen, 1e3 * r->far_read_s / n_gen);
+                       r->far_read_bytes / 1024.0 / n_gen, r->far_reused_bytes / 1024.0 / n_gen,
+                       1e3 * r->far_read_s / n_gen);
             }
             for (int k = 0; k < n_specs; k++) { /* methods with a background thread */
                 const kvc_bench_decode_row *r = &rows[k];

@@ -49,6 +49,7 @@ static kvc_status run_one(kvc_model *m, const int32_t *seq, const kvc_bench_deco
         kvc_ctx_cache_stats(ctx, &r->stats);
         r->far_read_bytes = r->stats.far_read_bytes - before.far_read_bytes;
         r->far_read_s = r->stats.far_read_s - before.far_read_s;
+        r->far_reused_bytes = r->stats.far_reused_bytes - before.far_reused_bytes;
     }
     kvc_ctx_free(ctx);
     return st;

@@ -32,6 +32,8 @@ void kvc_report_stats_json(kvc_json *j, const char *key, const kvc_cache_stats *
     kvc_json_kv_uint(j, "far_bytes", s->far_bytes);
     kvc_json_kv_uint(j, "far_read_bytes", s->far_read_bytes);
     kvc_json_kv_num(j, "far_read_s", s->far_read_s);
+    kvc_json_kv_uint(j, "far_reused_bytes", s->far_reused_bytes);
+    kvc_json_kv_uint(j, "far_near_bytes", s->far_near_bytes);
     kvc_json_kv_uint(j, "bg_jobs", s->bg_jobs);
     kvc_json_kv_num(j, "bg_busy_s", s->bg_busy_s);
     kvc_json_kv_uint(j, "bg_pending_steps", s->bg_pending_steps);

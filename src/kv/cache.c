@@ -535,7 +535,7 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     }
     for (int j = 0; j < c->spec.n; j++) {
         if (c->spec.m[j]->ops.far_stats)
-            c->spec.m[j]->ops.far_stats(c->mstate[j], &out->far_bytes, &out->far_read_bytes, &out->far_read_s);
+            c->spec.m[j]->ops.far_stats(c->mstate[j], out);
         if (c->spec.m[j]->ops.background) c->spec.m[j]->ops.background(c->mstate[j], out);
     }
     out->buffer_bytes += kvc_attend_ws_bytes(c->ws);

@@ -88,6 +88,8 @@ expect 2 "-m needs a value" "$KVCOMP" run -p hi -m
 expect 2 "unknown option '--bogus'" "$KVCOMP" run -m "$MODEL" -p hi --bogus
 expect 2 "give a prompt" "$KVCOMP" run -m "$MODEL"
 expect 2 "--kv nosuchmethod" "$KVCOMP" run -m "$MODEL" -p hi --kv nosuchmethod
+expect 2 "--kv-mem '12Q' is not a size" "$KVCOMP" bench decode -m "$MODEL" --kv sentkv --kv-mem 12Q
+expect 2 "mem='-5' is not a size" "$KVCOMP" bench decode -m "$MODEL" --kv "sentkv:mem=-5"
 expect 1 "$TMP/missing.txt: cannot open" "$KVCOMP" run -m "$MODEL" -f "$TMP/missing.txt"
 
 # kvcomp tune and tuned profiles: usage errors, and bad profiles named by line and field

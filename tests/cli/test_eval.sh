@@ -160,6 +160,15 @@ check "bench decode JSON" "$TMP/decode.out" '
 r = d["rows"][0]
 assert r["ok"] and r["decode_tok_s"] > 0 and r["weights_s"] > 0 and r["cache"]["tokens"] == 68
 '
+# --kv-mem far below the cache: sentkv's sealed sentences go to a temporary
+# far file, full:f16 keeps its cache in RAM; both decode
+run decodemem "$KVCOMP" bench decode -m "$MODEL" --text "$TEXT" --ctx 512 -n 8 --kv full:f16,sentkv:0.3 --kv-mem 16K --json
+check "bench decode --kv-mem" "$TMP/decodemem.out" '
+f, s = d["rows"]
+assert f["ok"] and s["ok"] and f["spec"] == "full:f16" and s["spec"].endswith("mem=16384")
+assert f["cache"]["far_bytes"] == 0 and s["cache"]["far_bytes"] > 100000
+assert s["far_read_bytes"] > 0 and s["cache"]["far_near_bytes"] > 0
+'
 
 # ---- dump-kv -> bench attn --dump ----
 "$KVCOMP" dump-kv -m "$MODEL" --text "$TEXT" --ctx 96 -b 32 -o "$TMP/kv.bin" >"$TMP/dump.out" 2>&1

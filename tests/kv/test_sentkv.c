@@ -14,7 +14,10 @@
  *  - streaming: only the sinks and the recent window stay live, evicted
  *    chunks are freed, attention equals the reference over what stays;
  *  - the far tier: sealed sentences in a file, attention as with them in RAM,
- *    and a file truncated or altered under the running cache is reported.
+ *    and a file truncated or altered under the running cache is reported;
+ *    with the near buffer (reuse) attention is bit for bit what it is when
+ *    every step gathers its selection afresh from the file, and every byte a
+ *    step reads comes either from the file or from the near buffer.
  *
  * Tolerance of the attention comparisons: |Δ| <= 3e-5 * (1 + |ref|). */
 #include <math.h>
@@ -352,7 +355,7 @@ static void test_far_tier(void **state) {
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     close(fd);
-    snprintf(spec, sizeof spec, "sentkv:usage=1,far=%s", path);
+    snprintf(spec, sizeof spec, "sentkv:usage=1,far=%s,near=0", path); /* every step reads the file */
     kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
     kvc_cache *c;
     assert_int_equal(kvc_cache_create(&shape, spec, NULL, &c), KVC_OK);
@@ -396,6 +399,58 @@ static void test_far_tier(void **state) {
     free(k), free(v);
 }
 
+/* The near buffer: two caches with the same K/V and queries, one reusing the
+ * previous step's selected blocks (near=1), one reading every selected block
+ * from its file (near=0). Queries drift slowly (each aims at a token for 6
+ * steps), so consecutive selections overlap. The outputs are identical (the
+ * same f16 rows reach the same kernels); the bytes the reusing cache read
+ * from its file plus those its near buffer served equal the bytes the other
+ * read; reuse actually happens and saves reads. */
+static void test_far_near_reuse(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    char pa[] = "/tmp/kvc_test_near_XXXXXX", pb[] = "/tmp/kvc_test_near_XXXXXX", spec[160];
+    int fa = mkstemp(pa), fb = mkstemp(pb);
+    assert_true(fa >= 0 && fb >= 0);
+    close(fa), close(fb);
+    kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
+    kvc_cache *a, *b;
+    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s", pa);
+    assert_int_equal(kvc_cache_create(&shape, spec, NULL, &a), KVC_OK);
+    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,near=0", pb);
+    assert_int_equal(kvc_cache_create(&shape, spec, NULL, &b), KVC_OK);
+    size_t row = (size_t)NKV * HD;
+    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
+    float q[NH * HD], oa[NH * HD], ob[NH * HD];
+    kvc_synth_kv(NKV, HD, 0, NTOK, 9, k, v);
+    assert_int_equal(kvc_cache_load(a, 0, 900, k, v), KVC_OK);
+    assert_int_equal(kvc_cache_load(b, 0, 900, k, v), KVC_OK);
+    for (int t = 900; t < 960; t++) {
+        assert_int_equal(kvc_cache_append(a, 0, k + t * row, v + t * row), KVC_OK);
+        assert_int_equal(kvc_cache_append(b, 0, k + t * row, v + t * row), KVC_OK);
+        make_q(q, k, 50 + (t - 900) / 6 * 83);
+        assert_int_equal(kvc_cache_attend(a, 0, q, oa), KVC_OK);
+        assert_int_equal(kvc_cache_attend(b, 0, q, ob), KVC_OK);
+        assert_memory_equal(oa, ob, sizeof oa);
+    }
+    kvc_cache_stats sa, sb;
+    kvc_cache_stats_get(a, &sa);
+    kvc_cache_stats_get(b, &sb);
+    assert_true(sa.far_reused_bytes > 0);
+    assert_true(sa.far_read_bytes < sb.far_read_bytes);
+    assert_true(sa.far_read_bytes + sa.far_reused_bytes == sb.far_read_bytes);
+    assert_true(sa.far_near_bytes > 0);
+    assert_true(sa.far_near_bytes < sa.far_bytes / 2); /* about the last selection, not the file */
+    assert_int_equal(sb.far_reused_bytes, 0);
+    assert_int_equal(sb.far_near_bytes, 0);
+    assert_true(sa.payload_bytes == sb.payload_bytes + sa.far_near_bytes); /* the near buffer is RAM */
+    kvc_cache_free(a);
+    kvc_cache_free(b);
+    unlink(pa);
+    unlink(pb);
+    free(k), free(v);
+}
+
 static void test_bad_specs(void **state) {
     (void)state;
     assert_int_equal(kvc_method_validate("sentkv:usage=-0.1"), KVC_ERR_ARG);
@@ -415,6 +470,7 @@ int main(void) {
         cmocka_unit_test(test_sentkv_usage),
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_far_tier),
+        cmocka_unit_test(test_far_near_reuse),
         cmocka_unit_test(test_bad_specs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,6 +1,8 @@
 /* The far store and its codec (far.h): regions of f16 rows in a file, block
  * checksums in RAM, verified reads into scratch, then the dense f16 kernels
- * on the scratch rows. */
+ * on the scratch rows. With the near buffer on, the blocks an attention read
+ * fetched stay in a block pool (per blob an id per block, -1 = on disk) until
+ * the method's next selection drops them (kvc_far_near_keep). */
 #define _GNU_SOURCE /* pread, pwrite */
 #include "kv/codec/far.h"
 
@@ -17,6 +19,7 @@
 
 #include "base/f16.h"
 #include "base/status.h"
+#include "kv/codec/block_pool.h"
 #include "kv/codec/dense.h"
 
 static const char FAR_MAGIC[8] = {'K', 'V', 'C', 'F', 'A', 'R', '0', '1'};
@@ -25,7 +28,10 @@ struct kvc_far {
     int fd;
     char path[256];
     atomic_llong end;         /* next free offset */
-    atomic_ullong read, read_ns;
+    atomic_ullong read, read_ns, reused;
+    int near_on;              /* keep read blocks in the near buffer */
+    pthread_mutex_t nmu;      /* guards pool and every blob's near ids */
+    kvc_block_pool pool;      /* near buffer: blocks of KVC_FAR_BLOCK bytes */
     pthread_mutex_t mu;       /* guards err */
     kvc_status err;
     char msg[640];
@@ -35,6 +41,7 @@ typedef struct far_blob {
     int64_t off;              /* region start in the file */
     int n, dim;
     int n_blocks;
+    int32_t *near;            /* [n_blocks] pool id of a block in RAM, -1 = on disk; NULL = none yet */
     uint64_t sum[];           /* [n_blocks] */
 } far_blob;
 
@@ -66,6 +73,8 @@ kvc_status kvc_far_open(const char *path, kvc_far **out) {
     }
     snprintf(f->path, sizeof f->path, "%s", path);
     pthread_mutex_init(&f->mu, NULL);
+    pthread_mutex_init(&f->nmu, NULL);
+    kvc_block_pool_init(&f->pool, KVC_FAR_BLOCK);
     if (pwrite(f->fd, FAR_MAGIC, sizeof FAR_MAGIC, 0) != (ssize_t)sizeof FAR_MAGIC) {
         kvc_status st = kvc_fail(KVC_ERR_IO, "far store '%s': writing the header: %s", path, strerror(errno));
         kvc_far_close(f);
@@ -80,6 +89,8 @@ void kvc_far_close(kvc_far *f) {
     if (!f) return;
     if (f->fd >= 0) close(f->fd);
     pthread_mutex_destroy(&f->mu);
+    pthread_mutex_destroy(&f->nmu);
+    kvc_block_pool_free(&f->pool);
     free(f);
 }
 
@@ -106,7 +117,13 @@ void kvc_far_stats_get(kvc_far *f, kvc_far_stats *out) {
     out->stored = (uint64_t)atomic_load(&f->end);
     out->read = atomic_load(&f->read);
     out->read_s = (double)atomic_load(&f->read_ns) * 1e-9;
+    out->reused = atomic_load(&f->reused);
+    pthread_mutex_lock(&f->nmu);
+    out->near = (uint64_t)f->pool.used * KVC_FAR_BLOCK;
+    pthread_mutex_unlock(&f->nmu);
 }
+
+void kvc_far_set_near(kvc_far *f, int on) { f->near_on = on; }
 
 static double now_ns(void) {
     struct timespec ts;
@@ -154,63 +171,147 @@ static kvc_status far_encode(const kvc_codec *c, const float *x, int n, int ld, 
     return KVC_OK;
 }
 
-/* Reads rows [begin, end) into out (f16 rows), verifying every block they
- * touch; returns 0 (and records the failure) if any block fails. */
-static int read_rows(kvc_far *f, const far_blob *b, int begin, int end, kvc_f16 *out) {
-    double t0 = now_ns();
-    size_t rb = row_bytes(b), total = region_bytes(b);
-    size_t lo = (size_t)begin * rb, hi = (size_t)end * rb;
-    size_t k0 = lo / KVC_FAR_BLOCK, k1 = (hi + KVC_FAR_BLOCK - 1) / KVC_FAR_BLOCK;
+/* Reads blocks [k0, k1) of b from the file into buf (whole blocks, the last
+ * one of the region short) and verifies them; 0 (failure recorded) if any fails. */
+static int read_blocks(kvc_far *f, const far_blob *b, size_t k0, size_t k1, char *buf) {
+    size_t total = region_bytes(b), from = k0 * KVC_FAR_BLOCK;
     size_t span = (k1 - k0) * KVC_FAR_BLOCK;
-    if (span > total - k0 * KVC_FAR_BLOCK) span = total - k0 * KVC_FAR_BLOCK;
-    char *buf = malloc(span ? span : 1);
-    int ok = buf != NULL;
+    if (span > total - from) span = total - from;
     char msg[640];
-    if (!ok) {
-        snprintf(msg, sizeof msg, "far store '%s': no memory to read %zu bytes", f->path, span);
-        record(f, KVC_ERR_NOMEM, msg);
-    }
     size_t got = 0;
-    while (ok && got < span) {
-        ssize_t r = pread(f->fd, buf + got, span - got, b->off + (off_t)(k0 * KVC_FAR_BLOCK + got));
+    while (got < span) {
+        ssize_t r = pread(f->fd, buf + got, span - got, b->off + (off_t)(from + got));
         if (r <= 0) {
             snprintf(msg, sizeof msg, "far store '%s': %s at offset %lld (region of %zu bytes at %lld)", f->path,
-                     r < 0 ? strerror(errno) : "file truncated", (long long)(b->off + (off_t)(k0 * KVC_FAR_BLOCK + got)),
+                     r < 0 ? strerror(errno) : "file truncated", (long long)(b->off + (off_t)(from + got)),
                      total, (long long)b->off);
             record(f, r < 0 ? KVC_ERR_IO : KVC_ERR_FORMAT, msg);
-            ok = 0;
-            break;
+            return 0;
         }
         got += (size_t)r;
     }
-    for (size_t k = k0; ok && k < k1; k++) {
+    atomic_fetch_add(&f->read, (unsigned long long)span);
+    for (size_t k = k0; k < k1; k++) {
         size_t o = k * KVC_FAR_BLOCK, len = total - o < KVC_FAR_BLOCK ? total - o : KVC_FAR_BLOCK;
-        if (kvc_far_checksum(buf + (o - k0 * KVC_FAR_BLOCK), len, (uint64_t)b->off + o) != b->sum[k]) {
+        if (kvc_far_checksum(buf + (o - from), len, (uint64_t)b->off + o) != b->sum[k]) {
             snprintf(msg, sizeof msg, "far store '%s': block %zu at offset %lld fails its checksum (altered file)",
                      f->path, k, (long long)(b->off + (off_t)o));
             record(f, KVC_ERR_FORMAT, msg);
-            ok = 0;
+            return 0;
         }
+    }
+    return 1;
+}
+
+static size_t block_len(const far_blob *b, size_t k) {
+    size_t total = region_bytes(b), o = k * KVC_FAR_BLOCK;
+    return total - o < KVC_FAR_BLOCK ? total - o : KVC_FAR_BLOCK;
+}
+
+/* With the near buffer: copies the blocks of [k0, k1) that are in RAM into
+ * buf and marks them in have[]; returns how many. */
+static size_t near_copy(kvc_far *f, const far_blob *b, size_t k0, size_t k1, char *buf, uint8_t *have) {
+    size_t n = 0;
+    pthread_mutex_lock(&f->nmu);
+    for (size_t k = k0; b->near && k < k1; k++) {
+        have[k - k0] = b->near[k] >= 0;
+        if (!have[k - k0]) continue;
+        memcpy(buf + (k - k0) * KVC_FAR_BLOCK, kvc_block_pool_at(&f->pool, b->near[k]), block_len(b, k));
+        atomic_fetch_add(&f->reused, (unsigned long long)block_len(b, k));
+        n++;
+    }
+    pthread_mutex_unlock(&f->nmu);
+    return n;
+}
+
+/* Puts the verified blocks [k0, k1) of buf into the near buffer (those not
+ * there yet; a full pool just leaves them out). */
+static void near_insert(kvc_far *f, far_blob *b, size_t k0, size_t k1, const char *buf) {
+    pthread_mutex_lock(&f->nmu);
+    if (!b->near) {
+        b->near = malloc((size_t)b->n_blocks * sizeof *b->near);
+        for (int k = 0; b->near && k < b->n_blocks; k++) b->near[k] = -1;
+    }
+    for (size_t k = k0; b->near && k < k1; k++) {
+        if (b->near[k] >= 0) continue;
+        int32_t id = kvc_block_pool_get(&f->pool);
+        if (id < 0) break;
+        memcpy(kvc_block_pool_at(&f->pool, id), buf + (k - k0) * KVC_FAR_BLOCK, block_len(b, k));
+        b->near[k] = id;
+    }
+    pthread_mutex_unlock(&f->nmu);
+}
+
+/* Reads rows [begin, end) into out (f16 rows), verifying every block read
+ * from the file; blocks in the near buffer (use_near) come from RAM, and the
+ * ones read join it. Returns 0 (and records the failure) if any block fails. */
+static int read_rows(kvc_far *f, far_blob *b, int begin, int end, kvc_f16 *out, int use_near) {
+    double t0 = now_ns();
+    size_t rb = row_bytes(b);
+    size_t lo = (size_t)begin * rb, hi = (size_t)end * rb;
+    size_t k0 = lo / KVC_FAR_BLOCK, k1 = (hi + KVC_FAR_BLOCK - 1) / KVC_FAR_BLOCK, nk = k1 - k0;
+    use_near = use_near && f->near_on;
+    char *buf = malloc(nk * KVC_FAR_BLOCK + nk + 1);
+    if (!buf) {
+        char msg[640];
+        snprintf(msg, sizeof msg, "far store '%s': no memory to read %zu bytes", f->path, nk * KVC_FAR_BLOCK);
+        record(f, KVC_ERR_NOMEM, msg);
+        return 0;
+    }
+    uint8_t *have = (uint8_t *)buf + nk * KVC_FAR_BLOCK;
+    memset(have, 0, nk);
+    if (use_near) near_copy(f, b, k0, k1, buf, have);
+    int ok = 1;
+    for (size_t k = k0; ok && k < k1;) { /* runs of blocks not in RAM: one pread each */
+        if (have[k - k0]) {
+            k++;
+            continue;
+        }
+        size_t e = k + 1;
+        while (e < k1 && !have[e - k0]) e++;
+        char *dst = buf + (k - k0) * KVC_FAR_BLOCK;
+        ok = read_blocks(f, b, k, e, dst);
+        if (ok && use_near) near_insert(f, b, k, e, dst);
+        k = e;
     }
     if (ok) memcpy(out, buf + (lo - k0 * KVC_FAR_BLOCK), hi - lo);
     free(buf);
-    atomic_fetch_add(&f->read, ok ? (unsigned long long)span : 0ull);
     atomic_fetch_add(&f->read_ns, (unsigned long long)(now_ns() - t0));
     return ok;
 }
 
 /* f16 scratch for rows [begin, end): NULL if the rows could not be read. */
-static kvc_f16 *fetch(const kvc_codec *c, const far_blob *b, int begin, int end) {
+static kvc_f16 *fetch(const kvc_codec *c, const far_blob *b, int begin, int end, int use_near) {
     kvc_f16 *rows = malloc((size_t)(end - begin ? end - begin : 1) * row_bytes(b));
-    if (rows && read_rows(store_of(c), b, begin, end, rows)) return rows;
+    /* the blob's near ids are a cache beside its immutable region: reads update them */
+    if (rows && read_rows(store_of(c), (far_blob *)b, begin, end, rows, use_near)) return rows;
     if (!rows) record(store_of(c), KVC_ERR_NOMEM, "far store: no memory for read scratch");
     free(rows);
     return NULL;
 }
 
+void kvc_far_near_keep(const kvc_codec *c, void *blob, const kvc_range *r, int nr) {
+    kvc_far *f = store_of(c);
+    far_blob *b = blob;
+    size_t rb = row_bytes(b);
+    pthread_mutex_lock(&f->nmu);
+    int i = 0;
+    for (int k = 0; b->near && k < b->n_blocks; k++) {
+        if (b->near[k] < 0) continue;
+        size_t blo = (size_t)k * KVC_FAR_BLOCK, bhi = blo + KVC_FAR_BLOCK;
+        while (i < nr && (size_t)r[i].end * rb <= blo) i++; /* ranges sorted: skip those before the block */
+        int wanted = i < nr && (size_t)r[i].begin * rb < bhi;
+        if (!wanted) {
+            kvc_block_pool_put(&f->pool, b->near[k]);
+            b->near[k] = -1;
+        }
+    }
+    pthread_mutex_unlock(&f->nmu);
+}
+
 static void far_qk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin, int end,
                    float *s, int lds) {
-    kvc_f16 *rows = fetch(c, blob, begin, end);
+    kvc_f16 *rows = fetch(c, blob, begin, end, 1);
     if (rows) kvc_dense_k.qk[KVC_DENSE_F16](rows, end - begin, c->dim, q, G, ldq, s, lds);
     else
         for (int g = 0; g < G; g++)
@@ -220,13 +321,15 @@ static void far_qk(const kvc_codec *c, const void *blob, const float *q, int G, 
 
 static void far_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin, int end,
                    float *o, int ldo) {
-    kvc_f16 *rows = fetch(c, blob, begin, end);
+    kvc_f16 *rows = fetch(c, blob, begin, end, 1);
     if (rows) kvc_dense_k.pv[KVC_DENSE_F16](rows, end - begin, c->dim, p, G, ldp, o, ldo);
     free(rows);
 }
 
+/* Decoding (reference attention, tests) reads the file and leaves the near
+ * buffer as the last selection made it. */
 static void far_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
-    kvc_f16 *rows = fetch(c, blob, begin, end);
+    kvc_f16 *rows = fetch(c, blob, begin, end, 0);
     for (int i = begin; i < end; i++) {
         float *xi = x + (size_t)(i - begin) * ld;
         if (rows) kvc_dense_k.cvt[KVC_DENSE_F16](rows + (size_t)(i - begin) * c->dim, (size_t)c->dim, xi);
@@ -241,15 +344,30 @@ static int far_count(const kvc_codec *c, const void *blob) {
 }
 
 /* In RAM: the blob's header and checksums only; its rows are on disk. */
+/* In RAM: the blob's header and checksums, and its blocks in the near buffer
+ * (payload: K/V held in memory); its other rows are on disk. */
 static void far_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
-    (void)c;
     const far_blob *b = blob;
-    *payload = 0;
-    *meta = sizeof *b + (uint64_t)b->n_blocks * sizeof(uint64_t);
+    kvc_far *f = store_of(c);
+    uint64_t held = 0;
+    pthread_mutex_lock(&f->nmu);
+    for (int k = 0; b->near && k < b->n_blocks; k++) held += b->near[k] >= 0 ? KVC_FAR_BLOCK : 0; /* whole pool blocks */
+    pthread_mutex_unlock(&f->nmu);
+    *payload = held;
+    *meta = sizeof *b + (uint64_t)b->n_blocks * sizeof(uint64_t) +
+            (b->near ? (uint64_t)b->n_blocks * sizeof(int32_t) : 0);
 }
 
 static void far_free(const kvc_codec *c, void *blob) {
-    (void)c;
+    far_blob *b = blob;
+    if (b->near) {
+        kvc_far *f = store_of(c);
+        pthread_mutex_lock(&f->nmu);
+        for (int k = 0; k < b->n_blocks; k++)
+            if (b->near[k] >= 0) kvc_block_pool_put(&f->pool, b->near[k]);
+        pthread_mutex_unlock(&f->nmu);
+        free(b->near);
+    }
     free(blob);
 }
 

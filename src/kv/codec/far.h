@@ -44,10 +44,26 @@ kvc_status kvc_far_take_error(kvc_far *f);
 
 typedef struct kvc_far_stats {
     uint64_t stored;   /* bytes written (header included) */
-    uint64_t read;     /* bytes read back (whole blocks) */
-    double read_s;     /* seconds spent in pread and verification, summed over threads */
+    uint64_t read;     /* bytes read back from the file (whole blocks) */
+    double read_s;     /* seconds spent reading (file, verification, near buffer), summed over threads */
+    uint64_t reused;   /* bytes of attention reads served by the near buffer instead of the file */
+    uint64_t near;     /* bytes held in the near buffer now */
 } kvc_far_stats;
 void kvc_far_stats_get(kvc_far *f, kvc_far_stats *out);
+
+/* The near buffer (SentKVCompress §4.2.2's reuse, for the far tier): when on,
+ * the blocks that attention reads (q·k, p·v) stay in RAM after the read, and
+ * later reads of them are served from RAM; the method drops the blocks that
+ * its current selection no longer covers with kvc_far_near_keep before the
+ * step's attention, so the buffer holds the previous step's selection and
+ * only newly selected sentences are read from the file. Blocks in RAM were
+ * verified when read; a later change of the file under them is seen when they
+ * are read again. Decoding (reference attention) neither uses nor fills it. */
+void kvc_far_set_near(kvc_far *f, int on);
+
+/* Keeps in the near buffer only the blocks of the blob (of codec c) that
+ * overlap the sorted row ranges r[0..nr); nr = 0 drops all. Thread-safe. */
+void kvc_far_near_keep(const kvc_codec *c, void *blob, const kvc_range *r, int nr);
 
 /* The 64-bit checksum of a block at file offset off. */
 uint64_t kvc_far_checksum(const void *p, size_t n, uint64_t off);

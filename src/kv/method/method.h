@@ -148,8 +148,9 @@ typedef struct kvc_method_ops {
      * checksum), reported as the call's error. */
     kvc_status (*after_attend)(void *state);
 
-    /* Far tier (per cache): bytes on disk, bytes read back, seconds reading. */
-    void (*far_stats)(void *state, uint64_t *stored, uint64_t *read, double *read_s);
+    /* Far tier (per cache): adds its bytes on disk, bytes read back, seconds
+     * reading, bytes served by the near buffer and held in it to out's far_* fields. */
+    void (*far_stats)(void *state, kvc_cache_stats *out);
 
     /* Bytes of method-owned buffers (update buffers, CPU-side copies) for the stats. */
     uint64_t (*buffer_bytes)(const void *state, const kvc_stream *s, const void *sstate);

@@ -27,9 +27,24 @@
  *    sealed sentences go to a file (codec/far.h) instead of RAM, read back
  *    with pread and verified block by block when selected; RAM keeps the
  *    profiles, the sinks and the hot window. A truncated or altered file is
- *    reported as the attention's error (after_attend). */
+ *    reported as the attention's error (after_attend).
+ *  - Near buffer (§4.2.2 reuse, `near=1`): the far tier keeps the blocks of
+ *    the previous step's selection in RAM; on_select drops those the new
+ *    selection does not cover, so a step reads only its newly selected
+ *    sentences from the file (bytes served from RAM: far_reused_bytes).
+ *  - Memory limit (`mem=256M`, the CLI's --kv-mem): sealed sentences stay in
+ *    RAM while their K/V fit the limit (all streams together); those that do
+ *    not go to the far tier (a temporary file, deleted when the cache is
+ *    freed, unless `far=` names one). Profiles, sinks, hot windows and the near
+ *    buffer are on top of the limit and reported in the stats. */
+#include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "base/status.h"
 #include "kv/codec/far.h"
@@ -48,6 +63,8 @@ typedef struct sentkv_cfg {
     int recent;   /* newest tokens always attended (kept in the hot window) */
     int block;    /* tokens per chunk */
     char far[KVC_PARAM_STR_MAX]; /* "" or the far tier's file */
+    int near;     /* far tier: keep the last selection's blocks in RAM */
+    char mem[KVC_PARAM_STR_MAX]; /* "" or the RAM allowed to sealed sentences ("256M") */
 } sentkv_cfg;
 
 static const kvc_param sentkv_params[] = {
@@ -70,7 +87,34 @@ static const kvc_param sentkv_params[] = {
      .min = 16, .max = 1 << 20, .help = "tokens per chunk (sentences are appended whole)"},
     {.key = "far", .type = KVC_PARAM_STRING, .offset = offsetof(sentkv_cfg, far), .def = "",
      .help = "far tier: keep sealed sentences in this file (created), read back with pread"},
+    {.key = "near", .type = KVC_PARAM_BOOL, .offset = offsetof(sentkv_cfg, near), .def = "1",
+     .help = "far tier: keep the previous step's selected blocks in RAM (near buffer); only new ones are read"},
+    {.key = "mem", .type = KVC_PARAM_STRING, .offset = offsetof(sentkv_cfg, mem), .def = "",
+     .help = "RAM for sealed sentences (bytes, or with K/M/G); the rest go to the far tier (a temporary file "
+             "unless far= names one)"},
 };
+
+/* "" -> 0 (no limit); digits with an optional K, M or G (powers of 1024). */
+static kvc_status parse_mem(const char *t, int64_t *out) {
+    *out = 0;
+    if (!*t) return KVC_OK;
+    char *end;
+    errno = 0;
+    long long v = strtoll(t, &end, 10);
+    int64_t mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1 << 10, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1 << 20, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1 << 30, end++;
+    KVC_CHECK(end != t && !*end && errno == 0 && v >= 1 && v <= INT64_MAX / mul, KVC_ERR_ARG,
+              "sentkv: mem='%s' is not a size (a positive number of bytes, or one with K, M or G)", t);
+    *out = (int64_t)v * mul;
+    return KVC_OK;
+}
+
+static kvc_status sentkv_check(const void *cfgp) {
+    int64_t m;
+    return parse_mem(((const sentkv_cfg *)cfgp)->mem, &m);
+}
 
 typedef struct sentkv_state {
     sentkv_cfg cfg;
@@ -80,16 +124,36 @@ typedef struct sentkv_state {
     int wcap;
     kvc_status err; /* a failure in on_tokens, reported by the next build_chunk */
     kvc_far *far;   /* NULL: sentences stay in RAM */
+    int64_t mem;    /* RAM allowed to sealed sentences (0: no limit; all go far if far is set) */
+    atomic_llong in_ram; /* bytes of sealed sentences in RAM, all streams */
 } sentkv_state;
+
+/* Creates a far file in $TMPDIR (or /tmp) and unlinks it at once: it lives
+ * as long as the store keeps it open. */
+static kvc_status open_temp_far(kvc_far **out) {
+    const char *dir = getenv("TMPDIR");
+    char path[256];
+    snprintf(path, sizeof path, "%s/kvcomp-far-XXXXXX", dir && *dir ? dir : "/tmp");
+    int fd = mkstemp(path);
+    if (fd < 0) return kvc_fail(KVC_ERR_IO, "sentkv: temporary far file '%s': %s", path, strerror(errno));
+    close(fd);
+    kvc_status st = kvc_far_open(path, out);
+    unlink(path);
+    return st;
+}
 
 static kvc_status sentkv_create(const kvc_method_env *env, void **state) {
     sentkv_state *st = calloc(1, sizeof *st);
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "sentkv state");
     st->cfg = *(const sentkv_cfg *)env->cfg;
     kvc_status r = kvc_split_init(&st->sp, st->cfg.L, st->cfg.delta, st->cfg.cap, (kvc_split_mode)st->cfg.split);
+    if (r == KVC_OK) r = parse_mem(st->cfg.mem, &st->mem);
     if (r == KVC_OK && st->cfg.far[0]) r = kvc_far_open(st->cfg.far, &st->far);
+    else if (r == KVC_OK && st->mem > 0) r = open_temp_far(&st->far);
+    if (r == KVC_OK && st->far) kvc_far_set_near(st->far, st->cfg.near);
     if (r != KVC_OK) {
         kvc_split_free(&st->sp);
+        kvc_far_close(st->far);
         free(st);
         return r;
     }
@@ -173,6 +237,24 @@ static int sentkv_hot_leave(void *state, kvc_stream *s, void *sstate) {
     return (int)(last_end(st, h0, hi) - h0);
 }
 
+/* With a memory limit, takes bytes of the RAM allowed to sealed sentences if
+ * they fit (1: keep them in RAM); without one, the far tier takes everything. */
+static int reserve_ram(sentkv_state *st, int64_t bytes) {
+    if (st->mem <= 0) return 0;
+    long long cur = atomic_load(&st->in_ram);
+    do {
+        if (cur + bytes > st->mem) return 0;
+    } while (!atomic_compare_exchange_weak(&st->in_ram, &cur, cur + bytes));
+    return 1;
+}
+
+/* A sealed RAM chunk (dense, with profiles) gives its bytes back to the limit. */
+static void sentkv_chunk_free(void *state, kvc_chunk *c) {
+    sentkv_state *st = state;
+    if (st->mem > 0 && c->sel.ops && c->kc.ops != &kvc_codec_far_f16)
+        atomic_fetch_sub(&st->in_ram, (long long)c->n * c->kc.dim * 4);
+}
+
 static kvc_status sentkv_build_chunk(void *state, kvc_stream *s, void *sstate, const float *k,
                                      const float *v, int n, int64_t pos0, kvc_chunk **out) {
     (void)sstate;
@@ -191,7 +273,7 @@ static kvc_status sentkv_build_chunk(void *state, kvc_stream *s, void *sstate, c
     kvc_status r = KVC_OK;
     if (n_sink) r = kvc_unit_chunks_append(s, st->cfg.block, 0, KVC_CHUNK_ALWAYS, k, v, pos0, len, n_sink);
     size_t off = (size_t)sink_tokens * s->dim;
-    if (r == KVC_OK && nu > n_sink && st->far) {
+    if (r == KVC_OK && nu > n_sink && st->far && !reserve_ram(st, (int64_t)(n - sink_tokens) * s->dim * 4)) {
         kvc_codec fc = {.ops = &kvc_codec_far_f16, .dim = s->dim, .cfg = st->far};
         r = kvc_unit_chunks_encode(s, &fc, KVC_CHUNK_FAR, k + off, v + off, pos0 + sink_tokens, len + n_sink,
                                    nu - n_sink);
@@ -218,12 +300,33 @@ static kvc_status sentkv_after_attend(void *state) {
     return st->far ? kvc_far_take_error(st->far) : KVC_OK;
 }
 
-static void sentkv_far_stats(void *state, uint64_t *stored, uint64_t *read, double *read_s) {
+static void sentkv_far_stats(void *state, kvc_cache_stats *out) {
     sentkv_state *st = state;
     if (!st->far) return;
     kvc_far_stats fs;
     kvc_far_stats_get(st->far, &fs);
-    *stored += fs.stored, *read += fs.read, *read_s += fs.read_s;
+    out->far_bytes += fs.stored, out->far_read_bytes += fs.read, out->far_read_s += fs.read_s;
+    out->far_reused_bytes += fs.reused, out->far_near_bytes += fs.near;
+}
+
+/* The near buffer follows the selection: before the step's attention, every
+ * far chunk of the stream keeps in RAM only the blocks of its units selected
+ * now (units arrive sorted by chunk, then position). */
+static void sentkv_on_select(void *state, kvc_stream *s, void *sstate, int n_units, const int32_t *chunk_idx,
+                             const kvc_range *units) {
+    (void)sstate;
+    const sentkv_state *st = state;
+    if (!st->far || !st->cfg.near) return;
+    int i = 0;
+    for (int ci = 0; ci < s->n_chunks; ci++) {
+        kvc_chunk *c = s->chunks[ci];
+        while (i < n_units && chunk_idx[i] < ci) i++;
+        int n = 0;
+        while (i + n < n_units && chunk_idx[i + n] == ci) n++;
+        if (c->kc.ops == &kvc_codec_far_f16) kvc_far_near_keep(&c->kc, c->kb, units + i, n);
+        if (c->vc.ops == &kvc_codec_far_f16) kvc_far_near_keep(&c->vc, c->vb, units + i, n);
+        i += n;
+    }
 }
 
 /* The splitter and the vocabulary table are per cache: counted with stream (0, 0). */
@@ -245,6 +348,7 @@ const kvc_method kvc_method_sentkv = {
     .n_params = (int)(sizeof sentkv_params / sizeof sentkv_params[0]),
     .positional = 0,
     .cfg_size = sizeof(sentkv_cfg),
+    .check = sentkv_check,
     .ops = {
         .create = sentkv_create,
         .destroy = sentkv_destroy,
@@ -254,6 +358,8 @@ const kvc_method kvc_method_sentkv = {
         .buffer_bytes = sentkv_buffer_bytes,
         .after_attend = sentkv_after_attend,
         .far_stats = sentkv_far_stats,
+        .on_select = sentkv_on_select,
+        .chunk_free = sentkv_chunk_free,
         .on_tokens = sentkv_on_tokens,
     },
 };
