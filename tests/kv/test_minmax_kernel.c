@@ -17,17 +17,12 @@
 #include <cmocka.h>
 
 #include "base/f16.h"
+#include "base/rng.h"
 #include "kv/codec/codec.h"
 #include "kv/select/minmax_block.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
+static float frand(void) { return (float)kvc_rng_unit(&rng) * 2.0f - 1.0f; }
 
 enum { KIND_RANDOM, KIND_ZERO, KIND_HUGE, KIND_QPOS, KIND_QNEG };
 

@@ -16,15 +16,11 @@
 
 #include <cmocka.h>
 
+#include "base/rng.h"
 #include "kv/select/topk.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
+static uint32_t rnd(void) { return (uint32_t)(kvc_rng_next(&rng) >> 32); }
 
 static int cmp_ref(const void *a, const void *b, void *ctx) {
     const float *s = ctx;
