@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "tokenizer/heap.h"
 #include "tokenizer/tokenizer_impl.h"
 
 typedef struct sym {
@@ -25,47 +26,9 @@ typedef struct bigram {
     int32_t lsid, rsid, res;
 } bigram;
 
-typedef struct heap {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-static int before(const bigram *a, const bigram *b) {
+static int before(const void *pa, const void *pb) {
+    const bigram *a = pa, *b = pb;
     return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(heap *h, bigram x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return 0;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], x = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &x)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = x;
-    return top;
 }
 
 static uint64_t mix64(uint64_t x) {
@@ -94,7 +57,7 @@ static int find_merge(const kvc_tokenizer *t, int32_t l, int32_t r, uint32_t *ra
 typedef struct work {
     sym *syms;
     size_t cap_syms;
-    heap h;
+    kvc_heap h;
     uint8_t *bytes; /* the word's raw bytes */
     size_t cap_bytes;
     char *enc; /* the word as byte-chars (for the whole-word lookup) */
@@ -105,7 +68,7 @@ static int add_bigram(const kvc_tokenizer *t, work *w, int32_t l, int32_t r) {
     if (l < 0 || r < 0) return 0;
     bigram b = {.left = l, .right = r, .lsid = w->syms[l].sid, .rsid = w->syms[r].sid};
     if (!find_merge(t, b.lsid, b.rsid, &b.rank, &b.res)) return 0;
-    return heap_push(&w->h, b);
+    return kvc_heap_push(&w->h, &b);
 }
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem) {
@@ -153,7 +116,8 @@ static kvc_status encode_word(const kvc_tokenizer *t, work *w, const uint8_t *by
     for (size_t i = 1; i < n; i++)
         if (add_bigram(t, w, (int32_t)i - 1, (int32_t)i)) goto nomem;
     while (w->h.n) {
-        bigram b = heap_pop(&w->h);
+        bigram b;
+        kvc_heap_pop(&w->h, &b);
         sym *l = &w->syms[b.left], *r = &w->syms[b.right];
         if (l->n == 0 || r->n == 0 || l->sid != b.lsid || r->sid != b.rsid || l->next != b.right)
             continue; /* stale: one side changed since the pair was queued */
@@ -190,7 +154,7 @@ kvc_status kvc_bpe_encode(const kvc_tokenizer *t, const char *text, size_t len, 
     kvc_status st = KVC_OK;
     uint32_t *cps = malloc(len * sizeof *cps);
     size_t *lens = malloc(len * sizeof *lens);
-    work w = {0};
+    work w = {.h = kvc_heap_make(sizeof(bigram), before)};
     if (!cps || !lens) {
         st = kvc_fail(KVC_ERR_NOMEM, "tokenizer: text of %zu bytes", len);
         goto done;
@@ -214,7 +178,7 @@ done:
     free(cps);
     free(lens);
     free(w.syms);
-    free(w.h.v);
+    kvc_heap_free(&w.h);
     free(w.bytes);
     free(w.enc);
     return st;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "base/status.h"
+#include "tokenizer/heap.h"
 #include "tokenizer/tokenizer_impl.h"
 
 typedef struct sym {
@@ -22,57 +23,20 @@ typedef struct bigram {
     size_t size;
 } bigram;
 
-static int before(const bigram *a, const bigram *b) {
+static int before(const void *pa, const void *pb) {
+    const bigram *a = pa, *b = pb;
     return a->score > b->score || (a->score == b->score && a->left < b->left);
 }
 
-typedef struct heap {
-    bigram *v;
-    size_t n, cap;
-} heap;
-
-static int heap_push(heap *h, bigram x) {
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? 2 * h->cap : 64;
-        bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v) return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0) {
-        size_t p = (i - 1) / 2;
-        if (!before(&x, &h->v[p])) break;
-        h->v[i] = h->v[p];
-        i = p;
-    }
-    h->v[i] = x;
-    return 0;
-}
-
-static bigram heap_pop(heap *h) {
-    bigram top = h->v[0], x = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n) break;
-        if (c + 1 < h->n && before(&h->v[c + 1], &h->v[c])) c++;
-        if (!before(&h->v[c], &x)) break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n) h->v[i] = x;
-    return top;
-}
-
-static int try_add(const kvc_tokenizer *t, const char *text, sym *syms, heap *h, int32_t l,
+static int try_add(const kvc_tokenizer *t, const char *text, sym *syms, kvc_heap *h, int32_t l,
                    int32_t r) {
     if (l < 0 || r < 0) return 0;
     size_t size = syms[l].n + syms[r].n;
     if (size > (size_t)t->max_token_len) return 0;
     int32_t id = kvc_tok_lookup(t, text + syms[l].start, size);
     if (id < 0 || id >= t->n_vocab) return 0;
-    return heap_push(h, (bigram){.score = t->score[id], .left = l, .right = r, .size = size});
+    bigram b = {.score = t->score[id], .left = l, .right = r, .size = size};
+    return kvc_heap_push(h, &b);
 }
 
 kvc_status kvc_spm_encode(const kvc_tokenizer *t, const char *text, size_t len, kvc_tokbuf *out) {
@@ -80,7 +44,7 @@ kvc_status kvc_spm_encode(const kvc_tokenizer *t, const char *text, size_t len, 
     if (len > (size_t)INT32_MAX - 1)
         return kvc_fail(KVC_ERR_RANGE, "tokenizer: fragment of %zu bytes", len);
     sym *syms = malloc(len * sizeof *syms);
-    heap h = {0};
+    kvc_heap h = kvc_heap_make(sizeof(bigram), before);
     kvc_status st = KVC_OK;
     if (!syms) return kvc_fail(KVC_ERR_NOMEM, "tokenizer: text of %zu bytes", len);
     int32_t n = 0;
@@ -93,7 +57,8 @@ kvc_status kvc_spm_encode(const kvc_tokenizer *t, const char *text, size_t len, 
     for (int32_t i = 1; i < n; i++)
         if (try_add(t, text, syms, &h, i - 1, i)) goto nomem;
     while (h.n) {
-        bigram b = heap_pop(&h);
+        bigram b;
+        kvc_heap_pop(&h, &b);
         sym *l = &syms[b.left], *r = &syms[b.right];
         if (l->n == 0 || r->n == 0 || l->n + r->n != b.size) continue; /* stale */
         l->n += r->n;
@@ -119,10 +84,10 @@ kvc_status kvc_spm_encode(const kvc_tokenizer *t, const char *text, size_t len, 
         }
     }
     free(syms);
-    free(h.v);
+    kvc_heap_free(&h);
     return st;
 nomem:
     free(syms);
-    free(h.v);
+    kvc_heap_free(&h);
     return kvc_fail(KVC_ERR_NOMEM, "tokenizer: merge queue for %zu bytes", len);
 }

@@ -11,6 +11,7 @@
  *   pretok.c             GPT-2 / Llama-3 / Qwen2 / SmolLM / default split patterns
  *   bpe.c                byte-level BPE (rank-ordered merges with a binary heap)
  *   spm.c                SentencePiece BPE (score-ordered merges, byte fallback)
+ *   heap.c               the merge queue both of them use (a binary heap)
  *   tokbuf.c             the growable token buffer of the encoders
  *   encode.c             special-token partition, BOS/EOS, kvc_tokenizer_tokenize
  *   decode.c             token pieces, incremental detokenizer */
