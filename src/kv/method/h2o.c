@@ -152,7 +152,8 @@ static kvc_status sync(h2o_stream *hs, kvc_stream *s) {
         }
         int drop = (int)(hot_start - hs->hot_pos0);
         if (drop > hs->hot_n) drop = hs->hot_n;
-        memmove(hs->hot_acc, hs->hot_acc + drop, (size_t)(hs->hot_n - drop) * sizeof(float));
+        if (hs->hot_n > drop) /* hot_acc is still NULL before the first scored window */
+            memmove(hs->hot_acc, hs->hot_acc + drop, (size_t)(hs->hot_n - drop) * sizeof(float));
         hs->hot_n -= drop;
         hs->hot_pos0 = hot_start;
     }
