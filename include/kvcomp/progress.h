@@ -29,5 +29,7 @@ double kvc_now_s(void);
 /* CPU seconds used by this process, all threads (benchmarks on a shared
  * machine: time the scheduler gives to other processes is left out). */
 double kvc_cpu_s(void);
+/* CPU seconds used by the calling thread (a background thread's busy time). */
+double kvc_thread_cpu_s(void);
 
 #endif

@@ -20,6 +20,12 @@ double kvc_cpu_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+double kvc_thread_cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* 0: silent, 1: redrawn line (terminal), 2: a plain line every LOG_EVERY_S (logged). */
 enum { LOG_EVERY_S = 30 };
 static int progress_mode(void) {

@@ -18,9 +18,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/status.h"
+#include "kvcomp/progress.h" /* kvc_now_s */
 #include "base/threadpool.h"
 #include "kv/select/topk.h"
 #include "kv/softmax.h"
@@ -80,12 +80,6 @@ struct kvc_attend_ws {
     int n_th;
     kvc_attend_times times;
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out) { *out = ws->times; }
 
@@ -231,7 +225,7 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
         if (!r->ucap) return kvc_fail(KVC_ERR_NOMEM, "unit arrays (%zu units)", nu);
     }
     size_t k = 0;
-    double t0 = now_s();
+    double t0 = kvc_now_s();
     for (int ci = 0; ci < s->n_chunks; ci++) {
         const kvc_chunk *c = s->chunks[ci];
         if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
@@ -241,7 +235,7 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
         c->sel.ops->score(c->sel.index, q, G, ldq, r->uscore + k);
         k += (size_t)c->sel.ops->n_units(c->sel.index);
     }
-    double t1 = now_s();
+    double t1 = kvc_now_s();
     r->t_score = t1 - t0;
     k = 0; /* unit ranges and lengths, in (chunk, begin) order */
     for (int ci = 0; ci < s->n_chunks; ci++) {
@@ -280,7 +274,7 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
     }
     *out = u;
     *n_out = n;
-    r->t_topk = now_s() - t1;
+    r->t_topk = kvc_now_s() - t1;
     return KVC_OK;
 }
 
@@ -560,7 +554,7 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
         ws->cap_reqs = n_req;
     }
     int G = o->G;
-    double t_call = now_s(), t_select = 0.0;
+    double t_call = kvc_now_s(), t_select = 0.0;
     int n_threads = pool ? kvc_pool_threads(pool) : 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
 
@@ -646,7 +640,7 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
         }
     }
     /* the rest of the call: query maps, planning, qk / softmax / pv, merge */
-    ws->times.attn_s += now_s() - t_call - t_select;
+    ws->times.attn_s += kvc_now_s() - t_call - t_select;
     ws->times.calls++;
     return KVC_OK;
 }

@@ -14,11 +14,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "base/f16.h"
 #include "base/status.h"
+#include "kvcomp/progress.h" /* kvc_now_s */
 #include "kv/codec/block_pool.h"
 #include "kv/codec/dense.h"
 
@@ -124,12 +124,6 @@ void kvc_far_stats_get(kvc_far *f, kvc_far_stats *out) {
 }
 
 void kvc_far_set_near(kvc_far *f, int on) { f->near_on = on; }
-
-static double now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static kvc_far *store_of(const kvc_codec *c) { return (kvc_far *)c->cfg; }
 static size_t row_bytes(const far_blob *b) { return (size_t)b->dim * sizeof(kvc_f16); }
@@ -246,7 +240,7 @@ static void near_insert(kvc_far *f, far_blob *b, size_t k0, size_t k1, const cha
  * from the file; blocks in the near buffer (use_near) come from RAM, and the
  * ones read join it. Returns 0 (and records the failure) if any block fails. */
 static int read_rows(kvc_far *f, far_blob *b, int begin, int end, kvc_f16 *out, int use_near) {
-    double t0 = now_ns();
+    double t0 = kvc_now_s();
     size_t rb = row_bytes(b);
     size_t lo = (size_t)begin * rb, hi = (size_t)end * rb;
     size_t k0 = lo / KVC_FAR_BLOCK, k1 = (hi + KVC_FAR_BLOCK - 1) / KVC_FAR_BLOCK, nk = k1 - k0;
@@ -276,7 +270,7 @@ static int read_rows(kvc_far *f, far_blob *b, int begin, int end, kvc_f16 *out, 
     }
     if (ok) memcpy(out, buf + (lo - k0 * KVC_FAR_BLOCK), hi - lo);
     free(buf);
-    atomic_fetch_add(&f->read_ns, (unsigned long long)(now_ns() - t0));
+    atomic_fetch_add(&f->read_ns, (unsigned long long)((kvc_now_s() - t0) * 1e9));
     return ok;
 }
 

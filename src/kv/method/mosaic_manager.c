@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/status.h"
+#include "kvcomp/progress.h" /* kvc_thread_cpu_s */
 
 struct kvc_mosaic_manager {
     pthread_t thread;
@@ -19,12 +19,6 @@ struct kvc_mosaic_manager {
     int64_t jobs;
     double busy_s;
 };
-
-static double thread_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 void kvc_mosaic_job_run(kvc_mosaic_job *j) {
     kvc_status st = kvc_mosaic_strategy_make(&j->opts, j->d, &j->ck, &j->cv, j->k, j->v, j->n, j->d,
@@ -59,9 +53,9 @@ static void *manager_main(void *arg) {
         m->head = j->next_queued;
         if (!m->head) m->tail = NULL;
         pthread_mutex_unlock(&m->mu);
-        double t0 = thread_now_s();
+        double t0 = kvc_thread_cpu_s();
         kvc_mosaic_job_run(j); /* j belongs to its stream again once done is set */
-        double dt = thread_now_s() - t0;
+        double dt = kvc_thread_cpu_s() - t0;
         pthread_mutex_lock(&m->mu);
         m->jobs++;
         m->busy_s += dt;
