@@ -47,10 +47,14 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
     for (int t = 0; t < n; t++) {
         const uint32_t *bits = k->bits + (size_t)t * k->nw;
         const kvc_f16 *vp = k->vals + (size_t)t * k->nv;
-        /* the two streams (bitmaps, values) run ahead of the hardware prefetcher */
-        _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv), _MM_HINT_T0);
-        _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv) + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(bits + 16 * (size_t)k->nw), _MM_HINT_T0);
+        /* the two streams (bitmaps, values) run ahead of the hardware
+         * prefetcher, within the range only: past its end lie tokens that a
+         * selecting method skipped (the driver prefetches the next range) */
+        if (t + 8 < n) {
+            _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv) + 64, _MM_HINT_T0);
+        }
+        if (t + 16 < n) _mm_prefetch((const char *)(bits + 16 * (size_t)k->nw), _MM_HINT_T0);
         __m512 acc[8];
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm512_setzero_ps();
@@ -90,10 +94,12 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm512_maskz_loadu_ps(lanes, o + (size_t)h * ldo + c0);
         for (int t = 0; t < n; t++) {
-            if (r == 0) { /* first pass over the tokens: fetch ahead */
-                _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv), _MM_HINT_T0);
-                _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv) + 64, _MM_HINT_T0);
-                _mm_prefetch((const char *)(v->bits + (size_t)(t + 16) * v->nw), _MM_HINT_T0);
+            if (r == 0) { /* first pass over the tokens: fetch ahead, within the range */
+                if (t + 8 < n) {
+                    _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv) + 64, _MM_HINT_T0);
+                }
+                if (t + 16 < n) _mm_prefetch((const char *)(v->bits + (size_t)(t + 16) * v->nw), _MM_HINT_T0);
             }
             unsigned m = piece_mask(v->bits + (size_t)t * v->nw, g, r);
             if (!m) continue;

@@ -164,6 +164,18 @@ static void pk_pv(const kvc_codec *c, const void *blob, const float *p, int G, i
     }
 }
 
+/* Bitmaps and values of tokens [begin, end) into L2, one hint per cache line:
+ * the driver calls it for the next item's scattered ranges (MosaicKV's
+ * selected blocks are 4-16 tokens, too short for the hardware prefetcher). */
+static void pk_prefetch(const kvc_codec *c, const void *blob, int begin, int end) {
+    const packed_blob *b = blob;
+    const char *p = (const char *)(b->bits + (size_t)begin * b->nw), *e = (const char *)(b->bits + (size_t)end * b->nw);
+    for (; p < e; p += 64) __builtin_prefetch(p, 0, 2);
+    p = (const char *)(b->vals + (size_t)begin * b->nv);
+    e = (const char *)(b->vals + (size_t)end * b->nv);
+    for (; p < e; p += 64) __builtin_prefetch(p, 0, 2);
+}
+
 static void pk_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
     const packed_blob *b = blob;
     for (int i = begin; i < end; i++)
@@ -187,6 +199,7 @@ const kvc_codec_ops kvc_codec_packed_f16 = {
     .count = pk_count,
     .qk = pk_qk,
     .pv = pk_pv,
+    .prefetch = pk_prefetch,
     .decode = pk_decode,
     .bytes = pk_bytes,
     .free = pk_free,
