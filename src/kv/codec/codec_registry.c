@@ -17,6 +17,7 @@
 #include "kv/codec/packed.h"
 #include "kv/select/minmax_block.h"
 #include "kv/softmax.h"
+#include "kv/xform/rowmat.h"
 
 static const kvc_codec_ops *const codecs[] = {
     &kvc_codec_f32,
@@ -47,6 +48,7 @@ static void init_all(void) {
     kvc_softmax_init(isa);
     kvc_dense_init(isa);
     kvc_minmax_kernels_init(isa);
+    kvc_rowmat_init(isa);
     if (isa >= KVC_ISA_AVX2) kvc_iq_register_avx2(&kvc_iq_k);
     if (isa >= KVC_ISA_AVX512) kvc_iq_register_avx512(&kvc_iq_k);
     if (isa >= KVC_ISA_AVX2) kvc_pk_register_avx2(&kvc_pk_k);
