@@ -11,7 +11,7 @@
 
 #include "kv/codec/iquant.h"
 
-enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048 };
+enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048, PF_PARAM = 512 /* tokens */ };
 
 static inline int lanes8(int first, int lo, int hi, int *a, int *b) {
     *a = lo - first < 0 ? 0 : lo - first;
@@ -54,37 +54,29 @@ static inline uint64_t pack_u8(__m256i v) {
 
 /* ---- qk ------------------------------------------------------------------------ */
 
-static float query_i15(const float *q, const kvc_f16 *scales, const kvc_f16 *mins, int dim, int width,
-                       int8_t *hi, int8_t *lo, float *cterm) {
-    const __m256 sign = _mm256_set1_ps(-0.0f);
-    __m256 amax = _mm256_setzero_ps(), ct = _mm256_setzero_ps();
+/* The query of one head for one tile in two int8 halves (bytes beyond dim
+ * are zeroed once by the caller); the same values as kvc_iq_query_ref given
+ * k = (QMAX / qmax) * (1 / smax). Returns the constant term sum_c q_c m_c. */
+static float query_tile(const float *q, const kvc_f16 *scales, const kvc_f16 *mins, int dim, float k,
+                        int8_t *hi, int8_t *lo) {
+    __m256 ct = _mm256_setzero_ps();
+    const __m256 kk = _mm256_set1_ps(k);
+    const __m256i qmax = _mm256_set1_epi32(KVC_IQ_QMAX), half = _mm256_set1_epi32(128);
     for (int c = 0; c < dim; c += 8) {
         __m256 x = _mm256_loadu_ps(q + c);
-        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, _mm256_mul_ps(x, load_f16x8(scales + c))));
         ct = _mm256_fmadd_ps(x, load_f16x8(mins + c), ct);
-    }
-    *cterm = hsum(ct);
-    float a = hmax(amax);
-    memset(hi + dim, 0, (size_t)(width - dim));
-    memset(lo + dim, 0, (size_t)(width - dim));
-    if (!(a > 0.0f) || !isfinite(a)) {
-        memset(hi, 0, (size_t)dim);
-        memset(lo, 0, (size_t)dim);
-        return 0.0f;
-    }
-    __m256 inv = _mm256_set1_ps((float)KVC_IQ_QMAX / a);
-    const __m256i qmax = _mm256_set1_epi32(KVC_IQ_QMAX), half = _mm256_set1_epi32(64);
-    for (int c = 0; c < dim; c += 8) {
-        __m256 x = _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(q + c), load_f16x8(scales + c)), inv);
-        __m256i v = _mm256_cvtps_epi32(x);
-        v = _mm256_max_epi32(_mm256_min_epi32(v, qmax), _mm256_sub_epi32(_mm256_setzero_si256(), qmax));
-        __m256i h = _mm256_srai_epi32(_mm256_add_epi32(v, half), 7);
-        __m256i l = _mm256_sub_epi32(v, _mm256_slli_epi32(h, 7));
-        uint64_t bh = pack_s8(h), bl = pack_s8(l);
+        uint64_t bh = 0, bl = 0;
+        if (k > 0.0f) {
+            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x, load_f16x8(scales + c)), kk));
+            v = _mm256_max_epi32(_mm256_min_epi32(v, qmax), _mm256_sub_epi32(_mm256_setzero_si256(), qmax));
+            __m256i h = _mm256_srai_epi32(_mm256_add_epi32(v, half), 8);
+            __m256i l = _mm256_sub_epi32(v, _mm256_slli_epi32(h, 8));
+            bh = pack_s8(h), bl = pack_s8(l);
+        }
         memcpy(hi + c, &bh, 8);
         memcpy(lo + c, &bl, 8);
     }
-    return a / (float)KVC_IQ_QMAX;
+    return hsum(ct);
 }
 
 static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
@@ -125,7 +117,7 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
         __m256i m = lane_mask(a, e);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
-            __m256i dot = _mm256_add_epi32(_mm256_slli_epi32(ah[h], 7), al[h]);
+            __m256i dot = _mm256_add_epi32(_mm256_slli_epi32(ah[h], 8), al[h]);
             __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(alpha[h]),
                                        _mm256_set1_ps(cterm[h]));
             _mm256_maskstore_ps(s + (size_t)h * lds + first - j0, m, f);
@@ -150,18 +142,43 @@ static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const
 #undef QK_NH
 }
 
-static void qk_avx2(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
-                    int lds) {
+static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, int G, int j0, int j1,
+                    float *s, int lds) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const int dim = tiles[0].dim, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
-    float alpha[4], cterm[4];
-    int width = kvc_iq_kwords(t->bits, t->dim) * kvc_iq_cpw(t->bits); /* query bytes the words read */
+    memset(qh, 0, sizeof qh); /* bytes beyond dim (1-bit words of 32 channels) stay zero */
+    memset(ql, 0, sizeof ql);
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4;
-        for (int h = 0; h < nh; h++)
-            alpha[h] = query_i15(q + (size_t)(h0 + h) * ldq, t->scales, t->mins, t->dim, width, (int8_t *)qh[h],
-                                 (int8_t *)ql[h], &cterm[h]);
-        qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm, j0, j1,
-                 s + (size_t)h0 * lds, lds, nh);
+        float qn[4], qa[4];
+        for (int h = 0; h < nh; h++) {
+            const float *qv = q + (size_t)(h0 + h) * ldq;
+            __m256 m = _mm256_setzero_ps();
+            for (int c = 0; c < dim; c += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(qv + c)));
+            float qmax = hmax(m);
+            int ok = qmax > 0.0f && isfinite(qmax);
+            qn[h] = ok ? (float)KVC_IQ_QMAX / qmax : 0.0f;
+            qa[h] = ok ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
+        }
+        for (int i = 0; i < nt; i++) {
+            const kvc_iq_ktile *t = &tiles[i];
+            int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t->n ? j1 : tb + t->n;
+            if (a >= e) continue;
+            __m256 sm = _mm256_setzero_ps();
+            for (int c = 0; c < dim; c += 8) sm = _mm256_max_ps(sm, load_f16x8(t->scales + c));
+            float smax = hmax(sm), inv_s = 1.0f / smax;
+            int sok = smax > 0.0f && isfinite(smax);
+            float alpha[4], cterm[4];
+            for (int h = 0; h < nh; h++) {
+                float k = sok ? qn[h] * inv_s : 0.0f;
+                alpha[h] = k > 0.0f ? qa[h] * smax : 0.0f;
+                cterm[h] = query_tile(q + (size_t)(h0 + h) * ldq, t->scales, t->mins, dim, k, (int8_t *)qh[h],
+                                      (int8_t *)ql[h]);
+            }
+            qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,
+                     a - tb, e - tb, s + (size_t)h0 * lds + (a - j0), lds, nh);
+        }
     }
 }
 
@@ -184,6 +201,10 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
     }
     for (int g = 0; g < ng; g++) {
         const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;
+        if (blk + PF_PARAM < v->npad) { /* the parameter planes are streams of their own */
+            _mm_prefetch((const char *)(sc + PF_PARAM), _MM_HINT_T0);
+            _mm_prefetch((const char *)(mn + PF_PARAM), _MM_HINT_T0);
+        }
         for (int h = 0; h < nh; h++) {
             const float *ph = p + (size_t)h * ldp + blk - j0;
             __m256 w[4], wm = _mm256_setzero_ps(), mt = _mm256_loadu_ps(st->mt[h][g]);
@@ -205,7 +226,7 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
                 uint64_t b = pack_u8(_mm256_cvtps_epi32(_mm256_mul_ps(w[i], inv)));
                 memcpy((uint8_t *)st->wq[h][g] + 8 * i, &b, 8);
             }
-            st->beta[h][g] = wmax / 255.0f;
+            st->beta[h][g] = wmax * (1.0f / 255.0f);
         }
     }
 }

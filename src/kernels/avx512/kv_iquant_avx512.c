@@ -1,6 +1,7 @@
 /* AVX-512 VNNI kernels of the integer quant codecs (iquant.h).
  *
- * qk: per tile, the query of each head becomes a 15-bit integer (q_c s_c /
+ * qk: per call, the largest |q_c| of each head; per tile, the tile's largest
+ * scale, and the query of each head becomes a 15-bit integer (q_c s_c /
  * alpha) in two int8 halves, and the constant sum_c q_c m_c; then per two
  * blocks of 16 tokens, one load per key word (16 tokens x cpw channels),
  * `8/bits` shift-and-mask steps that leave four channels of one token in each
@@ -23,7 +24,7 @@
 
 #include "kv/codec/iquant.h"
 
-enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048 };
+enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048, PF_PARAM = 512 /* tokens */ };
 
 static inline __mmask16 lanes(int first, int lo, int hi) {
     /* lanes l of tokens first + l with lo <= first + l < hi */
@@ -36,37 +37,34 @@ static inline __mmask16 lanes(int first, int lo, int hi) {
 
 /* ---- qk ------------------------------------------------------------------------ */
 
-/* The query of one head in two int8 halves (zero padded to width); the same
- * values as kvc_iq_query_ref. Also returns the constant term in *cterm. */
-static float query_i15(const float *q, const __m512 *sc, const __m512 *mn, int dim, int width,
-                       int8_t *hi, int8_t *lo, float *cterm) {
-    __m512 amax = _mm512_setzero_ps(), ct = _mm512_setzero_ps();
-    for (int i = 0; i < dim / 16; i++) {
+static inline float hmax16(__m512 x) { return _mm512_reduce_max_ps(x); }
+
+/* The query of one head for one tile in two int8 halves (the bytes beyond dim
+ * are left as they are: the caller zeroes them once); the same values as
+ * kvc_iq_query_ref given k = (QMAX / qmax) * (1 / smax). Returns the constant
+ * term sum_c q_c m_c. */
+static inline float query_tile(const float *q, const __m512 *sc, const __m512 *mn, int nv, float k,
+                               int8_t *hi, int8_t *lo) {
+    __m512 ct = _mm512_setzero_ps();
+    if (!(k > 0.0f)) { /* q or the scales unusable: zero query, as the reference */
+        for (int i = 0; i < nv; i++) {
+            ct = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), mn[i], ct);
+            _mm_storeu_si128((__m128i *)(lo + 16 * i), _mm_setzero_si128());
+            _mm_storeu_si128((__m128i *)(hi + 16 * i), _mm_setzero_si128());
+        }
+        return _mm512_reduce_add_ps(ct);
+    }
+    const __m512 kk = _mm512_set1_ps(k);
+    const __m512i qmax = _mm512_set1_epi32(KVC_IQ_QMAX), half = _mm512_set1_epi32(128);
+    for (int i = 0; i < nv; i++) {
         __m512 x = _mm512_loadu_ps(q + 16 * i);
-        amax = _mm512_max_ps(amax, _mm512_abs_ps(_mm512_mul_ps(x, sc[i])));
         ct = _mm512_fmadd_ps(x, mn[i], ct);
-    }
-    *cterm = _mm512_reduce_add_ps(ct);
-    float a = _mm512_reduce_max_ps(amax);
-    memset(hi + dim, 0, (size_t)(width - dim));
-    memset(lo + dim, 0, (size_t)(width - dim));
-    if (!(a > 0.0f) || !isfinite(a)) {
-        memset(hi, 0, (size_t)dim);
-        memset(lo, 0, (size_t)dim);
-        return 0.0f;
-    }
-    __m512 inv = _mm512_set1_ps((float)KVC_IQ_QMAX / a);
-    const __m512i qmax = _mm512_set1_epi32(KVC_IQ_QMAX), half = _mm512_set1_epi32(64);
-    for (int i = 0; i < dim / 16; i++) {
-        __m512 x = _mm512_mul_ps(_mm512_mul_ps(_mm512_loadu_ps(q + 16 * i), sc[i]), inv);
-        __m512i v = _mm512_cvtps_epi32(x);
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(x, sc[i]), kk));
         v = _mm512_max_epi32(_mm512_min_epi32(v, qmax), _mm512_sub_epi32(_mm512_setzero_si512(), qmax));
-        __m512i h = _mm512_srai_epi32(_mm512_add_epi32(v, half), 7);
-        __m512i l = _mm512_sub_epi32(v, _mm512_slli_epi32(h, 7));
-        _mm_storeu_si128((__m128i *)(hi + 16 * i), _mm512_cvtepi32_epi8(h));
-        _mm_storeu_si128((__m128i *)(lo + 16 * i), _mm512_cvtepi32_epi8(l));
+        _mm_storeu_si128((__m128i *)(lo + 16 * i), _mm512_cvtepi32_epi8(v)); /* the low byte */
+        _mm_storeu_si128((__m128i *)(hi + 16 * i), _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(v, half), 8)));
     }
-    return a / (float)KVC_IQ_QMAX;
+    return _mm512_reduce_add_ps(ct);
 }
 
 /* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves NB blocks. */
@@ -112,7 +110,7 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
         __mmask16 m = lanes(first, j0, j1);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
-            __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(ah[i][h], 7), al[i][h]);
+            __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(ah[i][h], 8), al[i][h]);
             __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[h]),
                                        _mm512_set1_ps(cterm[h]));
             /* lane l is token first + l, column first + l - j0 of s */
@@ -147,23 +145,46 @@ static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const
 #undef QK_NH
 }
 
-static void qk_avx512(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1,
+static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, int G, int j0, int j1,
                       float *s, int lds) {
-    __m512 sc[KVC_IQ_MAX_DIM / 16], mn[KVC_IQ_MAX_DIM / 16];
-    for (int i = 0; i < t->dim / 16; i++) {
-        sc[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * i)));
-        mn[i] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * i)));
-    }
+    const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
-    float alpha[4], cterm[4];
-    int width = kvc_iq_kwords(t->bits, t->dim) * kvc_iq_cpw(t->bits); /* query bytes the words read */
+    memset(qh, 0, sizeof qh); /* bytes beyond dim (1-bit words of 32 channels) stay zero */
+    memset(ql, 0, sizeof ql);
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4;
-        for (int h = 0; h < nh; h++)
-            alpha[h] = query_i15(q + (size_t)(h0 + h) * ldq, sc, mn, t->dim, width, (int8_t *)qh[h],
-                                 (int8_t *)ql[h], &cterm[h]);
-        qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm, j0, j1,
-                 s + (size_t)h0 * lds, lds, nh);
+        float qn[4], qa[4];
+        for (int h = 0; h < nh; h++) {
+            const float *qv = q + (size_t)(h0 + h) * ldq;
+            __m512 m = _mm512_setzero_ps();
+            for (int i = 0; i < nv; i++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(qv + 16 * i)));
+            float qmax = hmax16(m);
+            int ok = qmax > 0.0f && isfinite(qmax);
+            qn[h] = ok ? (float)KVC_IQ_QMAX / qmax : 0.0f;
+            qa[h] = ok ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
+        }
+        for (int i = 0; i < nt; i++) {
+            const kvc_iq_ktile *t = &tiles[i];
+            int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t->n ? j1 : tb + t->n;
+            if (a >= e) continue;
+            __m512 sc[KVC_IQ_MAX_DIM / 16], mn[KVC_IQ_MAX_DIM / 16], sm = _mm512_setzero_ps();
+            for (int v = 0; v < nv; v++) {
+                sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * v)));
+                mn[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * v)));
+                sm = _mm512_max_ps(sm, sc[v]);
+            }
+            float smax = hmax16(sm), inv_s = 1.0f / smax;
+            int sok = smax > 0.0f && isfinite(smax);
+            float alpha[4], cterm[4];
+            for (int h = 0; h < nh; h++) {
+                const float *qv = q + (size_t)(h0 + h) * ldq;
+                float k = sok ? qn[h] * inv_s : 0.0f;
+                alpha[h] = k > 0.0f ? qa[h] * smax : 0.0f;
+                cterm[h] = query_tile(qv, sc, mn, nv, k, (int8_t *)qh[h], (int8_t *)ql[h]);
+            }
+            qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,
+                     a - tb, e - tb, s + (size_t)h0 * lds + (a - j0), lds, nh);
+        }
     }
 }
 
@@ -183,6 +204,10 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
     __mmask16 m0 = lanes(blk, j0, j1), m1 = lanes(blk + 16, j0, j1);
     for (int g = 0; g < ng; g++) {
         const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;
+        if (blk + PF_PARAM < v->npad) { /* the parameter planes are streams of their own */
+            _mm_prefetch((const char *)(sc + PF_PARAM), _MM_HINT_T0);
+            _mm_prefetch((const char *)(mn + PF_PARAM), _MM_HINT_T0);
+        }
         __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
         __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 16)));
         __m512 n0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mn));
@@ -203,7 +228,7 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
             __m128i q1 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w1, inv)));
             _mm_storeu_si128((__m128i *)st->wq[h][g], q0);
             _mm_storeu_si128((__m128i *)st->wq[h][g] + 1, q1);
-            st->beta[h][g] = wmax / 255.0f;
+            st->beta[h][g] = wmax * (1.0f / 255.0f);
         }
     }
 }

@@ -114,14 +114,21 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
     return KVC_OK;
 }
 
+enum { QK_TILES = 16 }; /* tiles per kernel call: the query's largest element is found once per call */
+
 static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
                  int end, float *s, int lds) {
     const iqblob *b = blob;
+    kvc_iq_ktile tiles[QK_TILES];
     for (int t0 = begin; t0 < end;) {
-        int tile = t0 / b->group, tb = tile * b->group;
-        kvc_iq_ktile v = k_tile(b, tile);
-        int te = end < tb + v.n ? end : tb + v.n;
-        kvc_iq_k.qk(&v, q, ldq, G, t0 - tb, te - tb, s + (t0 - begin), lds);
+        int first = t0 / b->group, nt = 0, tb = first * b->group, te = t0;
+        while (nt < QK_TILES && te < end) {
+            tiles[nt] = k_tile(b, first + nt);
+            te = tb + nt * b->group + tiles[nt].n;
+            nt++;
+        }
+        if (te > end) te = end;
+        kvc_iq_k.qk(tiles, nt, q, ldq, G, t0 - tb, te - tb, s + (t0 - begin), lds);
         t0 = te;
     }
 }
@@ -233,44 +240,59 @@ const kvc_codec_ops kvc_codec_iq_v = {
 
 /* ---- scalar reference kernels ----------------------------------------------------- */
 
-float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo) {
-    float amax = 0.0f;
+float kvc_iq_qmax(const float *q, int dim) {
+    float m = 0.0f;
     for (int c = 0; c < dim; c++) {
-        float a = fabsf(q[c] * kvc_f16_to_f32(scales[c]));
-        if (a > amax) amax = a;
+        float a = fabsf(q[c]);
+        if (!(a <= m)) m = a; /* NaN propagates: the query is then unusable */
+    }
+    return m;
+}
+
+float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo) {
+    float smax = 0.0f;
+    for (int c = 0; c < dim; c++) {
+        float sc = kvc_f16_to_f32(scales[c]);
+        if (!(sc <= smax)) smax = sc;
     }
     size_t width = ((size_t)dim + 31) / 32 * 32; /* padded to the widest word (1 bit: 32 channels) */
     memset(hi, 0, width);
     memset(lo, 0, width);
-    if (!(amax > 0.0f) || !isfinite(amax)) return 0.0f;
-    float inv = (float)KVC_IQ_QMAX / amax;
+    if (!(qmax > 0.0f) || !isfinite(qmax) || !(smax > 0.0f) || !isfinite(smax)) return 0.0f;
+    float k = ((float)KVC_IQ_QMAX / qmax) * (1.0f / smax);
     for (int c = 0; c < dim; c++) {
-        long v = lrintf(q[c] * kvc_f16_to_f32(scales[c]) * inv);
+        long v = lrintf(q[c] * kvc_f16_to_f32(scales[c]) * k);
         v = v > KVC_IQ_QMAX ? KVC_IQ_QMAX : v < -KVC_IQ_QMAX ? -KVC_IQ_QMAX : v;
-        long h = (v + 64 + 128 * 128) / 128 - 128; /* floor((v + 64) / 128) */
+        long h = (v + 128 + 256 * 256) / 256 - 256; /* floor((v + 128) / 256) */
         hi[c] = (int8_t)h;
-        lo[c] = (int8_t)(v - 128 * h);
+        lo[c] = (int8_t)(v - 256 * h);
     }
-    return amax / (float)KVC_IQ_QMAX;
+    return qmax * (1.0f / (float)KVC_IQ_QMAX) * smax;
 }
 
-static void qk_ref(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
+static void qk_ref(const kvc_iq_ktile *t, int nt, const float *q, int ldq, int G, int j0, int j1, float *s,
                    int lds) {
     int8_t hi[MAX_DIM + 64], lo[MAX_DIM + 64];
+    int group = t[0].n;
     for (int h = 0; h < G; h++) {
         const float *qh = q + (size_t)h * ldq;
-        float alpha = kvc_iq_query_ref(qh, t->scales, t->dim, hi, lo);
-        float cterm = 0.0f;
-        for (int c = 0; c < t->dim; c++) cterm += qh[c] * kvc_f16_to_f32(t->mins[c]);
-        for (int j = j0; j < j1; j++) {
-            int32_t dh = 0, dl = 0;
-            for (int c = 0; c < t->dim; c++) {
-                int code = kvc_iq_kcode(t, j, c);
-                dh += hi[c] * code;
-                dl += lo[c] * code;
+        float qmax = kvc_iq_qmax(qh, t[0].dim);
+        for (int i = 0; i < nt; i++) {
+            int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t[i].n ? j1 : tb + t[i].n;
+            if (a >= e) continue;
+            float alpha = kvc_iq_query_ref(qh, qmax, t[i].scales, t[i].dim, hi, lo);
+            float cterm = 0.0f;
+            for (int c = 0; c < t[i].dim; c++) cterm += qh[c] * kvc_f16_to_f32(t[i].mins[c]);
+            for (int j = a; j < e; j++) {
+                int32_t dh = 0, dl = 0;
+                for (int c = 0; c < t[i].dim; c++) {
+                    int code = kvc_iq_kcode(&t[i], j - tb, c);
+                    dh += hi[c] * code;
+                    dl += lo[c] * code;
+                }
+                int32_t dot = dh * 256 + dl;
+                s[(size_t)h * lds + j - j0] = fmaf(alpha, (float)dot, cterm);
             }
-            int32_t dot = dh * 128 + dl;
-            s[(size_t)h * lds + j - j0] = fmaf(alpha, (float)dot, cterm);
         }
     }
 }
@@ -294,7 +316,7 @@ static void pv_ref(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0
                     if (w[j - lo] > wmax) wmax = w[j - lo];
                 }
                 if (!(wmax > 0.0f) || !isfinite(wmax)) continue;
-                float inv = 255.0f / wmax, beta = wmax / 255.0f;
+                float inv = 255.0f / wmax, beta = wmax * (1.0f / 255.0f);
                 int wq[KVC_IQ_VBLOCK];
                 for (int j = lo; j < hi; j++) {
                     long q = lrintf(w[j - lo] * inv);

@@ -7,10 +7,14 @@
  * Keys, per channel c in tiles of `group` tokens (scale s_c, min m_c):
  *   q.k_t = sum_c q_c (s_c code_tc + m_c) = alpha * sum_c qi_c code_tc + sum_c q_c m_c
  * with qi = round(q_c s_c / alpha) a 15-bit integer query per tile and head,
- * alpha = max_c |q_c s_c| / 16256, split in two int8 halves qi = 128 hi + lo
- * (hi in [-127, 127], lo in [-64, 63]) that take one vpdpbusd each: an int8
- * query alone (alpha = max/127) lost too much on the keys' outlier channels,
- * whose scale is ~16x the others' (docs/benchmarks.md). Code layout of a tile: blocks of 16 tokens; in a
+ * alpha = (max_c |q_c| / 32512) * (max_c s_c): the bound of |q_c s_c| from the
+ * query's largest element (once per call and head) and the tile's largest
+ * scale (once per tile, shared by the heads), so a tile costs no per-head
+ * reductions beyond the constant term. qi is split in two int8 halves
+ * qi = 256 hi + lo (hi in [-127, 127], lo the low byte, in [-128, 127]) that
+ * take one vpdpbusd each: an int8 query alone (alpha = max/127) lost too much
+ * on the keys' outlier channels, whose scale is ~16x the others'
+ * (docs/benchmarks.md). Code layout of a tile: blocks of 16 tokens; in a
  * block, word w of token t (lane t of a 512-bit register) holds channels
  * [w*cpw, (w+1)*cpw) with cpw = 32/bits: byte b, bit field k (bits*k ..) is
  * channel w*cpw + 4k + b. So (word >> bits*k) & mask is four channels of one
@@ -26,8 +30,9 @@
  * is four tokens of one channel per lane, one vpdpbusd against the four
  * weights (u8) of those tokens.
  *
- * Precision: the query rounding is at most 1/32512 of the tile's largest
- * |q_c s_c| per channel, the weights' at most 1/510 of the block's largest
+ * Precision: the query rounding is at most half of alpha per channel, i.e.
+ * 1/65024 of max|q| * max s (the exact max_c |q_c s_c| is smaller by at most
+ * the ratio of the tile's largest scale to the scale of q's largest channel), the weights' at most 1/510 of the block's largest
  * p_t s_tg per token (KL against the float kernels in docs/benchmarks.md). bits 1, 2, 4; `group` a multiple of 16;
  * head dim a multiple of 16 up to 256 (other configurations use quant_k / quant_v). */
 #ifndef KVC_KV_CODEC_IQUANT_H
@@ -83,7 +88,10 @@ static inline int kvc_iq_vcode(const kvc_iq_vblob *v, int tok, int c) {
  * pv: o[h*ldo + c] += sum_j p[h*ldp + j - j0] * value_jc for tokens j0..j1 of
  *     the blob, c < dim. Weight blocks are the blob's aligned 32-token blocks. */
 typedef struct kvc_iq_kernels {
-    void (*qk)(const kvc_iq_ktile *t, const float *q, int ldq, int G, int j0, int j1, float *s,
+    /* tiles t[0..nt): consecutive tiles of one blob, t[i] holding tokens
+     * [i*group, i*group + t[i].n) of the run (all but the last full); j0 < j1
+     * count from the first tile's first token. */
+    void (*qk)(const kvc_iq_ktile *t, int nt, const float *q, int ldq, int G, int j0, int j1, float *s,
                int lds);
     void (*pv)(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o,
                int ldo);
@@ -96,13 +104,16 @@ extern const kvc_iq_kernels kvc_iq_ref;   /* scalar reference */
 void kvc_iq_register_avx2(kvc_iq_kernels *k);
 void kvc_iq_register_avx512(kvc_iq_kernels *k);
 
-/* The integer query of one head for one tile: Q_c = round(q_c s_c * 16256 /
- * amax), hi[c] = floor((Q_c + 64) / 128), lo[c] = Q_c - 128 hi[c] for c < dim
- * (0 beyond, up to a multiple of 32); returns alpha = amax / 16256 (0 when q.s
- * is all zero). The SIMD kernels compute the same values (the same products,
- * max and one rounding). */
-enum { KVC_IQ_QMAX = 16256 }; /* 127 * 128 */
-float kvc_iq_query_ref(const float *q, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo);
+/* The integer query of one head for one tile, given qmax = max_c |q_c| of
+ * the head (kvc_iq_qmax): smax = max_c s_c, k = (QMAX / qmax) * (1 / smax),
+ * Q_c = round((q_c s_c) k), hi[c] = floor((Q_c + 128) / 256), lo[c] = Q_c -
+ * 256 hi[c] for c < dim (0 beyond, up to a multiple of 32); returns alpha =
+ * (qmax * (1 / QMAX)) * smax (0, with zero halves, when q or the scales are
+ * all zero or not finite). The SIMD kernels compute the same values: the
+ * same float operations in the same order, one rounding. */
+enum { KVC_IQ_QMAX = 32512 }; /* 127 * 256 */
+float kvc_iq_qmax(const float *q, int dim);
+float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo);
 
 /* Views of an iq_k blob's tile t and of an iq_v blob (kernels' tests). */
 kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t);
