@@ -55,20 +55,19 @@ static inline uint64_t pack_u8(__m256i v) {
 /* ---- qk ------------------------------------------------------------------------ */
 
 /* The query of one head for one tile in two int8 halves (bytes beyond dim
- * are zeroed once by the caller); the same values as kvc_iq_query_ref given
- * k = (QMAX / qmax) * (1 / smax). Returns the constant term sum_c q_c m_c. */
-static float query_tile(const float *q, const kvc_f16 *scales, const kvc_f16 *mins, int dim, float k,
+ * are zeroed once by the caller): Q = round(xq * scn) with xq = q * QMAX /
+ * qmax (per call) and scn = s / smax (per tile), the values of
+ * kvc_iq_query_ref (|Q| <= QMAX without a clamp); ok = 0 gives a zero query.
+ * Returns the constant term sum_c q_c m_c. */
+static float query_tile(const float *q, const float *xq, const float *scn, const kvc_f16 *mins, int dim, int ok,
                         int8_t *hi, int8_t *lo) {
     __m256 ct = _mm256_setzero_ps();
-    const __m256 kk = _mm256_set1_ps(k);
-    const __m256i qmax = _mm256_set1_epi32(KVC_IQ_QMAX), half = _mm256_set1_epi32(128);
+    const __m256i half = _mm256_set1_epi32(128);
     for (int c = 0; c < dim; c += 8) {
-        __m256 x = _mm256_loadu_ps(q + c);
-        ct = _mm256_fmadd_ps(x, load_f16x8(mins + c), ct);
+        ct = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load_f16x8(mins + c), ct);
         uint64_t bh = 0, bl = 0;
-        if (k > 0.0f) {
-            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_mul_ps(x, load_f16x8(scales + c)), kk));
-            v = _mm256_max_epi32(_mm256_min_epi32(v, qmax), _mm256_sub_epi32(_mm256_setzero_si256(), qmax));
+        if (ok) {
+            __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xq + c), _mm256_loadu_ps(scn + c)));
             __m256i h = _mm256_srai_epi32(_mm256_add_epi32(v, half), 8);
             __m256i l = _mm256_sub_epi32(v, _mm256_slli_epi32(h, 8));
             bh = pack_s8(h), bl = pack_s8(l);
@@ -147,19 +146,21 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const int dim = tiles[0].dim, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
+    float xq[4][KVC_IQ_MAX_DIM], scn[KVC_IQ_MAX_DIM];
     memset(qh, 0, sizeof qh); /* bytes beyond dim (1-bit words of 32 channels) stay zero */
     memset(ql, 0, sizeof ql);
     for (int h0 = 0; h0 < G; h0 += 4) {
-        int nh = G - h0 < 4 ? G - h0 : 4;
-        float qn[4], qa[4];
-        for (int h = 0; h < nh; h++) {
+        int nh = G - h0 < 4 ? G - h0 : 4, qok[4];
+        float qa[4];
+        for (int h = 0; h < nh; h++) { /* per call: max |q|, the query scaled to QMAX */
             const float *qv = q + (size_t)(h0 + h) * ldq;
             __m256 m = _mm256_setzero_ps();
             for (int c = 0; c < dim; c += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(qv + c)));
             float qmax = hmax(m);
-            int ok = qmax > 0.0f && isfinite(qmax);
-            qn[h] = ok ? (float)KVC_IQ_QMAX / qmax : 0.0f;
-            qa[h] = ok ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
+            qok[h] = qmax > 0.0f && isfinite(qmax);
+            __m256 qn = _mm256_set1_ps(qok[h] ? (float)KVC_IQ_QMAX / qmax : 0.0f);
+            for (int c = 0; c < dim; c += 8) _mm256_storeu_ps(xq[h] + c, _mm256_mul_ps(_mm256_loadu_ps(qv + c), qn));
+            qa[h] = qok[h] ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
         }
         for (int i = 0; i < nt; i++) {
             const kvc_iq_ktile *t = &tiles[i];
@@ -167,13 +168,15 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
             if (a >= e) continue;
             __m256 sm = _mm256_setzero_ps();
             for (int c = 0; c < dim; c += 8) sm = _mm256_max_ps(sm, load_f16x8(t->scales + c));
-            float smax = hmax(sm), inv_s = 1.0f / smax;
+            float smax = hmax(sm);
             int sok = smax > 0.0f && isfinite(smax);
+            __m256 inv_s = _mm256_set1_ps(1.0f / smax);
+            for (int c = 0; c < dim; c += 8) _mm256_storeu_ps(scn + c, _mm256_mul_ps(load_f16x8(t->scales + c), inv_s));
             float alpha[4], cterm[4];
             for (int h = 0; h < nh; h++) {
-                float k = sok ? qn[h] * inv_s : 0.0f;
-                alpha[h] = k > 0.0f ? qa[h] * smax : 0.0f;
-                cterm[h] = query_tile(q + (size_t)(h0 + h) * ldq, t->scales, t->mins, dim, k, (int8_t *)qh[h],
+                int ok = sok && qok[h];
+                alpha[h] = ok ? qa[h] * smax : 0.0f;
+                cterm[h] = query_tile(q + (size_t)(h0 + h) * ldq, xq[h], scn, t->mins, dim, ok, (int8_t *)qh[h],
                                       (int8_t *)ql[h]);
             }
             qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,

@@ -37,30 +37,20 @@ static inline __mmask16 lanes(int first, int lo, int hi) {
 
 /* ---- qk ------------------------------------------------------------------------ */
 
-static inline float hmax16(__m512 x) { return _mm512_reduce_max_ps(x); }
-
 /* The query of one head for one tile in two int8 halves (the bytes beyond dim
- * are left as they are: the caller zeroes them once); the same values as
- * kvc_iq_query_ref given k = (QMAX / qmax) * (1 / smax). Returns the constant
- * term sum_c q_c m_c. */
-static inline float query_tile(const float *q, const __m512 *sc, const __m512 *mn, int nv, float k,
-                               int8_t *hi, int8_t *lo) {
+ * are left as they are: the caller zeroes them once): xq = q * QMAX / qmax
+ * (per call), scn = s / smax (per tile), Q = round(xq * scn), the values of
+ * kvc_iq_query_ref (|Q| <= QMAX without a clamp: both factors are at most 1
+ * up to rounding). ok = 0 (q or the scales unusable) gives a zero query, as
+ * the reference. Returns the constant term sum_c q_c m_c. */
+static inline float query_tile(const float *q, const float *xq, const __m512 *scn, const __m512 *mn, int nv,
+                               int ok, int8_t *hi, int8_t *lo) {
     __m512 ct = _mm512_setzero_ps();
-    if (!(k > 0.0f)) { /* q or the scales unusable: zero query, as the reference */
-        for (int i = 0; i < nv; i++) {
-            ct = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), mn[i], ct);
-            _mm_storeu_si128((__m128i *)(lo + 16 * i), _mm_setzero_si128());
-            _mm_storeu_si128((__m128i *)(hi + 16 * i), _mm_setzero_si128());
-        }
-        return _mm512_reduce_add_ps(ct);
-    }
-    const __m512 kk = _mm512_set1_ps(k);
-    const __m512i qmax = _mm512_set1_epi32(KVC_IQ_QMAX), half = _mm512_set1_epi32(128);
+    const __m512i half = _mm512_set1_epi32(128);
     for (int i = 0; i < nv; i++) {
-        __m512 x = _mm512_loadu_ps(q + 16 * i);
-        ct = _mm512_fmadd_ps(x, mn[i], ct);
-        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_mul_ps(x, sc[i]), kk));
-        v = _mm512_max_epi32(_mm512_min_epi32(v, qmax), _mm512_sub_epi32(_mm512_setzero_si512(), qmax));
+        ct = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), mn[i], ct);
+        __m512i v = ok ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xq + 16 * i), scn[i]))
+                       : _mm512_setzero_si512();
         _mm_storeu_si128((__m128i *)(lo + 16 * i), _mm512_cvtepi32_epi8(v)); /* the low byte */
         _mm_storeu_si128((__m128i *)(hi + 16 * i), _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(v, half), 8)));
     }
@@ -149,19 +139,21 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
                       float *s, int lds) {
     const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
+    float xq[4][KVC_IQ_MAX_DIM];
     memset(qh, 0, sizeof qh); /* bytes beyond dim (1-bit words of 32 channels) stay zero */
     memset(ql, 0, sizeof ql);
     for (int h0 = 0; h0 < G; h0 += 4) {
-        int nh = G - h0 < 4 ? G - h0 : 4;
-        float qn[4], qa[4];
-        for (int h = 0; h < nh; h++) {
+        int nh = G - h0 < 4 ? G - h0 : 4, qok[4];
+        float qa[4];
+        for (int h = 0; h < nh; h++) { /* per call: max |q|, the query scaled to QMAX */
             const float *qv = q + (size_t)(h0 + h) * ldq;
             __m512 m = _mm512_setzero_ps();
             for (int i = 0; i < nv; i++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(qv + 16 * i)));
-            float qmax = hmax16(m);
-            int ok = qmax > 0.0f && isfinite(qmax);
-            qn[h] = ok ? (float)KVC_IQ_QMAX / qmax : 0.0f;
-            qa[h] = ok ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
+            float qmax = _mm512_reduce_max_ps(m);
+            qok[h] = qmax > 0.0f && isfinite(qmax);
+            __m512 qn = _mm512_set1_ps(qok[h] ? (float)KVC_IQ_QMAX / qmax : 0.0f);
+            for (int i = 0; i < nv; i++) _mm512_storeu_ps(xq[h] + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(qv + 16 * i), qn));
+            qa[h] = qok[h] ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
         }
         for (int i = 0; i < nt; i++) {
             const kvc_iq_ktile *t = &tiles[i];
@@ -173,14 +165,16 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
                 mn[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * v)));
                 sm = _mm512_max_ps(sm, sc[v]);
             }
-            float smax = hmax16(sm), inv_s = 1.0f / smax;
+            float smax = _mm512_reduce_max_ps(sm);
             int sok = smax > 0.0f && isfinite(smax);
+            __m512 inv_s = _mm512_set1_ps(1.0f / smax);
+            for (int v = 0; v < nv; v++) sc[v] = _mm512_mul_ps(sc[v], inv_s); /* s / smax */
             float alpha[4], cterm[4];
             for (int h = 0; h < nh; h++) {
-                const float *qv = q + (size_t)(h0 + h) * ldq;
-                float k = sok ? qn[h] * inv_s : 0.0f;
-                alpha[h] = k > 0.0f ? qa[h] * smax : 0.0f;
-                cterm[h] = query_tile(qv, sc, mn, nv, k, (int8_t *)qh[h], (int8_t *)ql[h]);
+                int ok = sok && qok[h];
+                alpha[h] = ok ? qa[h] * smax : 0.0f;
+                cterm[h] = query_tile(q + (size_t)(h0 + h) * ldq, xq[h], sc, mn, nv, ok, (int8_t *)qh[h],
+                                      (int8_t *)ql[h]);
             }
             qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,
                      a - tb, e - tb, s + (size_t)h0 * lds + (a - j0), lds, nh);
@@ -198,37 +192,56 @@ typedef struct pv_state {
     __m512 mt[PV_NH][MAX_G]; /* running sum_t p_t m_tg, per lane */
 } pv_state;
 
-/* u8 weights of one 32-token block for heads [0, nh) and every channel group. */
+/* u8 weights of one 32-token block for heads [0, nh) and every channel group:
+ * the f16 parameters of the block converted once per group, the products
+ * p_t s_tg and their maxima per (head, group), then one vector division for
+ * the 255 / max of up to 16 (head, group) pairs instead of one scalar division
+ * each (the same IEEE quotients as the reference). */
 static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
                        int j1, int ng, pv_state *st) {
     __mmask16 m0 = lanes(blk, j0, j1), m1 = lanes(blk + 16, j0, j1);
+    __m512 sv[MAX_G][2], nv[MAX_G][2];
     for (int g = 0; g < ng; g++) {
         const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;
         if (blk + PF_PARAM < v->npad) { /* the parameter planes are streams of their own */
             _mm_prefetch((const char *)(sc + PF_PARAM), _MM_HINT_T0);
             _mm_prefetch((const char *)(mn + PF_PARAM), _MM_HINT_T0);
         }
-        __m512 s0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
-        __m512 s1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 16)));
-        __m512 n0 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mn));
-        __m512 n1 = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mn + 16)));
-        for (int h = 0; h < nh; h++) {
+        sv[g][0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)sc));
+        sv[g][1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(sc + 16)));
+        nv[g][0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mn));
+        nv[g][1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mn + 16)));
+    }
+    const int npair = nh * ng;
+    for (int k0 = 0; k0 < npair; k0 += 16) {
+        int nk = npair - k0 < 16 ? npair - k0 : 16;
+        __m512 w[16][2];
+        float wm[16];
+        for (int k = 0; k < nk; k++) {
+            int h = (k0 + k) / ng, g = (k0 + k) % ng;
             const float *ph = p + (size_t)h * ldp + blk - j0; /* lane l: token blk + l */
             __m512 p0 = _mm512_maskz_loadu_ps(m0, ph), p1 = _mm512_maskz_loadu_ps(m1, ph + 16);
-            st->mt[h][g] = _mm512_fmadd_ps(p0, n0, _mm512_fmadd_ps(p1, n1, st->mt[h][g]));
-            __m512 w0 = _mm512_mul_ps(p0, s0), w1 = _mm512_mul_ps(p1, s1);
-            float wmax = _mm512_reduce_max_ps(_mm512_max_ps(w0, w1));
-            if (!(wmax > 0.0f) || !isfinite(wmax)) {
-                memset(st->wq[h][g], 0, sizeof st->wq[h][g]);
-                st->beta[h][g] = 0.0f;
-                continue;
-            }
-            __m512 inv = _mm512_set1_ps(255.0f / wmax);
-            __m128i q0 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w0, inv)));
-            __m128i q1 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w1, inv)));
+            st->mt[h][g] = _mm512_fmadd_ps(p0, nv[g][0], _mm512_fmadd_ps(p1, nv[g][1], st->mt[h][g]));
+            w[k][0] = _mm512_mul_ps(p0, sv[g][0]);
+            w[k][1] = _mm512_mul_ps(p1, sv[g][1]);
+            wm[k] = _mm512_reduce_max_ps(_mm512_max_ps(w[k][0], w[k][1]));
+        }
+        __mmask16 live = (__mmask16)((1u << nk) - 1);
+        __m512 wmax = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), live, wm);
+        /* usable maxima: > 0 and finite (NaN compares false) */
+        __mmask16 ok = _mm512_cmp_ps_mask(wmax, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                       _mm512_cmp_ps_mask(wmax, _mm512_set1_ps(INFINITY), _CMP_LT_OQ) & live;
+        float inv[16], beta[16];
+        _mm512_storeu_ps(inv, _mm512_maskz_div_ps(ok, _mm512_set1_ps(255.0f), wmax));
+        _mm512_storeu_ps(beta, _mm512_maskz_mul_ps(ok, wmax, _mm512_set1_ps(1.0f / 255.0f)));
+        for (int k = 0; k < nk; k++) {
+            int h = (k0 + k) / ng, g = (k0 + k) % ng;
+            __m512 iv = _mm512_set1_ps(inv[k]); /* 0 for an unusable block: zero weights */
+            __m128i q0 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][0], iv)));
+            __m128i q1 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][1], iv)));
             _mm_storeu_si128((__m128i *)st->wq[h][g], q0);
             _mm_storeu_si128((__m128i *)st->wq[h][g] + 1, q1);
-            st->beta[h][g] = wmax * (1.0f / 255.0f);
+            st->beta[h][g] = beta[k];
         }
     }
 }

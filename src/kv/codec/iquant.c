@@ -259,9 +259,9 @@ float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int di
     memset(hi, 0, width);
     memset(lo, 0, width);
     if (!(qmax > 0.0f) || !isfinite(qmax) || !(smax > 0.0f) || !isfinite(smax)) return 0.0f;
-    float k = ((float)KVC_IQ_QMAX / qmax) * (1.0f / smax);
+    float qn = (float)KVC_IQ_QMAX / qmax, inv_s = 1.0f / smax;
     for (int c = 0; c < dim; c++) {
-        long v = lrintf(q[c] * kvc_f16_to_f32(scales[c]) * k);
+        long v = lrintf((q[c] * qn) * (kvc_f16_to_f32(scales[c]) * inv_s));
         v = v > KVC_IQ_QMAX ? KVC_IQ_QMAX : v < -KVC_IQ_QMAX ? -KVC_IQ_QMAX : v;
         long h = (v + 128 + 256 * 256) / 256 - 256; /* floor((v + 128) / 256) */
         hi[c] = (int8_t)h;

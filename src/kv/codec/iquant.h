@@ -105,8 +105,9 @@ void kvc_iq_register_avx2(kvc_iq_kernels *k);
 void kvc_iq_register_avx512(kvc_iq_kernels *k);
 
 /* The integer query of one head for one tile, given qmax = max_c |q_c| of
- * the head (kvc_iq_qmax): smax = max_c s_c, k = (QMAX / qmax) * (1 / smax),
- * Q_c = round((q_c s_c) k), hi[c] = floor((Q_c + 128) / 256), lo[c] = Q_c -
+ * the head (kvc_iq_qmax): smax = max_c s_c, Q_c = round((q_c (QMAX / qmax))
+ * (s_c (1 / smax))) (|Q_c| <= QMAX: both factors are at most 1 up to
+ * rounding), hi[c] = floor((Q_c + 128) / 256), lo[c] = Q_c -
  * 256 hi[c] for c < dim (0 beyond, up to a multiple of 32); returns alpha =
  * (qmax * (1 / QMAX)) * smax (0, with zero halves, when q or the scales are
  * all zero or not finite). The SIMD kernels compute the same values: the
