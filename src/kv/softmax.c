@@ -21,15 +21,3 @@ static float exp_sum_ref(float *s, int n, float m) {
 
 const kvc_softmax_kernels kvc_softmax_ref = {.max = max_ref, .exp_sum = exp_sum_ref};
 kvc_softmax_kernels kvc_softmax_k = {.max = max_ref, .exp_sum = exp_sum_ref};
-
-void kvc_softmax_init(kvc_isa isa) {
-    kvc_softmax_k = kvc_softmax_ref;
-    if (isa >= KVC_ISA_AVX2) {
-        kvc_softmax_k.max = kvc_softmax_max_avx2;
-        kvc_softmax_k.exp_sum = kvc_softmax_exp_sum_avx2;
-    }
-    if (isa >= KVC_ISA_AVX512) {
-        kvc_softmax_k.max = kvc_softmax_max_avx512;
-        kvc_softmax_k.exp_sum = kvc_softmax_exp_sum_avx512;
-    }
-}

@@ -18,11 +18,9 @@ typedef struct kvc_softmax_kernels {
 extern kvc_softmax_kernels kvc_softmax_k;
 extern const kvc_softmax_kernels kvc_softmax_ref;
 
-void kvc_softmax_init(kvc_isa isa);
-
-float kvc_softmax_max_avx2(const float *s, int n);
-float kvc_softmax_exp_sum_avx2(float *s, int n, float m);
-float kvc_softmax_max_avx512(const float *s, int n);
-float kvc_softmax_exp_sum_avx512(float *s, int n, float m);
+/* SIMD kernels (src/kernels/<isa>/kv_dense_softmax_<isa>.c), registered by
+ * kvc_codecs_init for the active ISA. */
+void kvc_softmax_register_avx2(kvc_softmax_kernels *k);
+void kvc_softmax_register_avx512(kvc_softmax_kernels *k);
 
 #endif

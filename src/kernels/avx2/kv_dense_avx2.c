@@ -141,22 +141,22 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
     }
 }
 
-void kvc_qk_dense_f32_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+static void kvc_qk_dense_f32_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
     qk_dense(T_F32, x, n, d, q, G, ldq, s, lds);
 }
-void kvc_qk_dense_f16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+static void kvc_qk_dense_f16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
     qk_dense(T_F16, x, n, d, q, G, ldq, s, lds);
 }
-void kvc_qk_dense_bf16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+static void kvc_qk_dense_bf16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
     qk_dense(T_BF16, x, n, d, q, G, ldq, s, lds);
 }
-void kvc_pv_dense_f32_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+static void kvc_pv_dense_f32_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_F32, x, n, d, p, G, ldp, o, ldo);
 }
-void kvc_pv_dense_f16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+static void kvc_pv_dense_f16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_F16, x, n, d, p, G, ldp, o, ldo);
 }
-void kvc_pv_dense_bf16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+static void kvc_pv_dense_bf16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_BF16, x, n, d, p, G, ldp, o, ldo);
 }
 
@@ -170,12 +170,12 @@ static inline void cvt_dense(elem_t t, const void *x, size_t n, float *y) {
         memcpy(y + i, buf, (n - i) * 4);
     }
 }
-void kvc_cvt_dense_f16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
-void kvc_cvt_dense_bf16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }
+static void kvc_cvt_dense_f16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
+static void kvc_cvt_dense_bf16_avx2(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }
 
 /* f32 -> f16 with F16C (round to nearest even, as kvc_f32_to_f16); NaNs
  * become the reference's quiet NaN (sign | 0x7e00) whatever their payload. */
-void kvc_put_dense_f16_avx2(const float *x, size_t n, void *y) {
+static void kvc_put_dense_f16_avx2(const float *x, size_t n, void *y) {
     uint16_t *o = y;
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -188,4 +188,17 @@ void kvc_put_dense_f16_avx2(const float *x, size_t n, void *y) {
         _mm_storeu_si128((__m128i *)(o + i), _mm_blendv_epi8(h, qn, nan));
     }
     for (; i < n; i++) o[i] = kvc_f32_to_f16(x[i]);
+}
+
+/* Registers this file's kernels over the table's (kvc_codecs_init). */
+void kvc_dense_register_avx2(kvc_dense_kernels *k) {
+    k->qk[KVC_DENSE_F32] = kvc_qk_dense_f32_avx2;
+    k->qk[KVC_DENSE_F16] = kvc_qk_dense_f16_avx2;
+    k->qk[KVC_DENSE_BF16] = kvc_qk_dense_bf16_avx2;
+    k->pv[KVC_DENSE_F32] = kvc_pv_dense_f32_avx2;
+    k->pv[KVC_DENSE_F16] = kvc_pv_dense_f16_avx2;
+    k->pv[KVC_DENSE_BF16] = kvc_pv_dense_bf16_avx2;
+    k->cvt[KVC_DENSE_F16] = kvc_cvt_dense_f16_avx2;
+    k->cvt[KVC_DENSE_BF16] = kvc_cvt_dense_bf16_avx2;
+    k->put[KVC_DENSE_F16] = kvc_put_dense_f16_avx2;
 }

@@ -8,7 +8,7 @@
 
 #include "kv/softmax.h"
 
-float kvc_softmax_max_avx2(const float *s, int n) {
+static float kvc_softmax_max_avx2(const float *s, int n) {
     __m256 m = _mm256_set1_ps(-INFINITY);
     int i = 0;
     for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + i));
@@ -39,7 +39,7 @@ static inline __m256 exp_neg(__m256 x) {
     return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
-float kvc_softmax_exp_sum_avx2(float *s, int n, float m) {
+static float kvc_softmax_exp_sum_avx2(float *s, int n, float m) {
     __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
@@ -59,4 +59,10 @@ float kvc_softmax_exp_sum_avx2(float *s, int n, float m) {
     t = _mm_hadd_ps(t, t);
     t = _mm_hadd_ps(t, t);
     return _mm_cvtss_f32(t);
+}
+
+/* Registers this file's kernels over the table's (kvc_codecs_init). */
+void kvc_softmax_register_avx2(kvc_softmax_kernels *k) {
+    k->max = kvc_softmax_max_avx2;
+    k->exp_sum = kvc_softmax_exp_sum_avx2;
 }

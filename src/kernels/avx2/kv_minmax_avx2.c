@@ -44,7 +44,7 @@ ALWAYS_INLINE void block_heads(const kvc_f16 *b, int dim, const float *qpm, int 
     }
 }
 
-void kvc_minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float *qpm, int G, float *out) {
+static void minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float *qpm, int G, float *out) {
     size_t bstride = (size_t)dim * 2 * KVC_MM_LANES;
     for (int u0 = 0; u0 < n; u0 += KVC_MM_LANES) {
         const kvc_f16 *b = blocks + (size_t)(u0 / KVC_MM_LANES) * bstride;
@@ -66,3 +66,6 @@ void kvc_minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float *q
         }
     }
 }
+
+/* Registers this file's kernel over the table's (kvc_codecs_init). */
+void kvc_minmax_register_avx2(kvc_minmax_kernels *k) { k->score = minmax_score_avx2; }

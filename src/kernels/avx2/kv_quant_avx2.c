@@ -118,7 +118,7 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
     }
 }
 
-void kvc_quant_wsum_avx2(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
+static void quant_wsum_avx2(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
                          ptrdiff_t ldo) {
     for (int j0 = 0; j0 < t->n; j0 += 16) {
         int h = 0;
@@ -131,3 +131,6 @@ void kvc_quant_wsum_avx2(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int 
         }
     }
 }
+
+/* Registers this file's kernel (kvc_codecs_init). */
+void kvc_quant_register_avx2(kvc_quant_wsum_fn *f) { *f = quant_wsum_avx2; }

@@ -40,7 +40,7 @@ ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const float *m, 
     }
 }
 
-void kvc_rowmat_avx2(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
+static void rowmat_avx2(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
                      int ldy) {
     for (int j0 = 0; j0 < cols; j0 += 16) {
         int w = cols - j0 < 16 ? cols - j0 : 16;
@@ -56,3 +56,6 @@ void kvc_rowmat_avx2(const float *x, int G, int ldx, const float *m, int k, int 
         }
     }
 }
+
+/* Registers this file's kernel (kvc_codecs_init). */
+void kvc_rowmat_register_avx2(kvc_rowmat_fn *f) { *f = rowmat_avx2; }

@@ -155,22 +155,22 @@ static inline void pv_dense(elem_t t, const void *x, int n, int d, const float *
     }
 }
 
-void kvc_qk_dense_f32_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+static void kvc_qk_dense_f32_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
     qk_dense(T_F32, x, n, d, q, G, ldq, s, lds);
 }
-void kvc_qk_dense_f16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+static void kvc_qk_dense_f16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
     qk_dense(T_F16, x, n, d, q, G, ldq, s, lds);
 }
-void kvc_qk_dense_bf16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
+static void kvc_qk_dense_bf16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds) {
     qk_dense(T_BF16, x, n, d, q, G, ldq, s, lds);
 }
-void kvc_pv_dense_f32_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+static void kvc_pv_dense_f32_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_F32, x, n, d, p, G, ldp, o, ldo);
 }
-void kvc_pv_dense_f16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+static void kvc_pv_dense_f16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_F16, x, n, d, p, G, ldp, o, ldo);
 }
-void kvc_pv_dense_bf16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
+static void kvc_pv_dense_bf16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo) {
     pv_dense(T_BF16, x, n, d, p, G, ldp, o, ldo);
 }
 
@@ -181,12 +181,12 @@ static inline void cvt_dense(elem_t t, const void *x, size_t n, float *y) {
         _mm512_mask_storeu_ps(y + i, m, load16(t, xb + i * esize(t), m));
     }
 }
-void kvc_cvt_dense_f16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
-void kvc_cvt_dense_bf16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }
+static void kvc_cvt_dense_f16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_F16, x, n, y); }
+static void kvc_cvt_dense_bf16_avx512(const void *x, size_t n, float *y) { cvt_dense(T_BF16, x, n, y); }
 
 /* f32 -> f16 with vcvtps2ph (round to nearest even, as kvc_f32_to_f16); NaNs
  * become the reference's quiet NaN (sign | 0x7e00) whatever their payload. */
-void kvc_put_dense_f16_avx512(const float *x, size_t n, void *y) {
+static void kvc_put_dense_f16_avx512(const float *x, size_t n, void *y) {
     uint16_t *o = y;
     for (size_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
@@ -198,4 +198,17 @@ void kvc_put_dense_f16_avx512(const float *x, size_t n, void *y) {
         h = _mm256_mask_mov_epi16(h, nan, qn);
         _mm256_mask_storeu_epi16(o + i, m, h);
     }
+}
+
+/* Registers this file's kernels over the table's (kvc_codecs_init). */
+void kvc_dense_register_avx512(kvc_dense_kernels *k) {
+    k->qk[KVC_DENSE_F32] = kvc_qk_dense_f32_avx512;
+    k->qk[KVC_DENSE_F16] = kvc_qk_dense_f16_avx512;
+    k->qk[KVC_DENSE_BF16] = kvc_qk_dense_bf16_avx512;
+    k->pv[KVC_DENSE_F32] = kvc_pv_dense_f32_avx512;
+    k->pv[KVC_DENSE_F16] = kvc_pv_dense_f16_avx512;
+    k->pv[KVC_DENSE_BF16] = kvc_pv_dense_bf16_avx512;
+    k->cvt[KVC_DENSE_F16] = kvc_cvt_dense_f16_avx512;
+    k->cvt[KVC_DENSE_BF16] = kvc_cvt_dense_bf16_avx512;
+    k->put[KVC_DENSE_F16] = kvc_put_dense_f16_avx512;
 }

@@ -10,7 +10,7 @@
 
 static inline __mmask16 tail_mask(int left) { return left >= 16 ? 0xffff : (__mmask16)((1u << left) - 1); }
 
-float kvc_softmax_max_avx512(const float *s, int n) {
+static float kvc_softmax_max_avx512(const float *s, int n) {
     __m512 m = _mm512_set1_ps(-INFINITY);
     for (int i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), tail_mask(n - i), s + i));
     return _mm512_reduce_max_ps(m);
@@ -34,7 +34,7 @@ static inline __m512 exp_neg(__m512 x) {
     return _mm512_maskz_mov_ps(~tiny, _mm512_scalef_ps(p, n));
 }
 
-float kvc_softmax_exp_sum_avx512(float *s, int n, float m) {
+static float kvc_softmax_exp_sum_avx512(float *s, int n, float m) {
     __m512 mv = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
     for (int i = 0; i < n; i += 16) {
         __mmask16 k = tail_mask(n - i);
@@ -43,4 +43,10 @@ float kvc_softmax_exp_sum_avx512(float *s, int n, float m) {
         sum = _mm512_add_ps(sum, _mm512_maskz_mov_ps(k, e));
     }
     return _mm512_reduce_add_ps(sum);
+}
+
+/* Registers this file's kernels over the table's (kvc_codecs_init). */
+void kvc_softmax_register_avx512(kvc_softmax_kernels *k) {
+    k->max = kvc_softmax_max_avx512;
+    k->exp_sum = kvc_softmax_exp_sum_avx512;
 }

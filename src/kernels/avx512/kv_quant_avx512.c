@@ -115,7 +115,7 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
     }
 }
 
-void kvc_quant_wsum_avx512(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
+static void quant_wsum_avx512(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
                            ptrdiff_t ldo) {
     pthread_once(&tab_once, fill_tables);
     for (int j0 = 0; j0 < t->n; j0 += 32) {
@@ -129,3 +129,6 @@ void kvc_quant_wsum_avx512(const kvc_qtile *t, const float *w, ptrdiff_t ldw, in
         }
     }
 }
+
+/* Registers this file's kernel (kvc_codecs_init). */
+void kvc_quant_register_avx512(kvc_quant_wsum_fn *f) { *f = quant_wsum_avx512; }

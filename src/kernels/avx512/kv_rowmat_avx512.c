@@ -31,7 +31,7 @@ ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const float *m, 
     }
 }
 
-void kvc_rowmat_avx512(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
+static void rowmat_avx512(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
                        int ldy) {
     for (int j0 = 0; j0 < cols; j0 += 32) {
         int w = cols - j0 < 32 ? cols - j0 : 32;
@@ -53,3 +53,6 @@ void kvc_rowmat_avx512(const float *x, int G, int ldx, const float *m, int k, in
         }
     }
 }
+
+/* Registers this file's kernel (kvc_codecs_init). */
+void kvc_rowmat_register_avx512(kvc_rowmat_fn *f) { *f = rowmat_avx512; }

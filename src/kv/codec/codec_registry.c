@@ -15,6 +15,7 @@
 #include "kv/codec/iquant.h"
 #include "kv/codec/packkv.h"
 #include "kv/codec/packed.h"
+#include "kv/codec/quant_pack.h"
 #include "kv/select/minmax_block.h"
 #include "kv/softmax.h"
 #include "kv/xform/rowmat.h"
@@ -45,16 +46,26 @@ static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
 static void init_all(void) {
     kvc_isa isa = kvc_active_isa();
-    kvc_softmax_init(isa);
-    kvc_dense_init(isa);
-    kvc_minmax_kernels_init(isa);
-    kvc_rowmat_init(isa);
-    if (isa >= KVC_ISA_AVX2) kvc_iq_register_avx2(&kvc_iq_k);
-    if (isa >= KVC_ISA_AVX512) kvc_iq_register_avx512(&kvc_iq_k);
-    if (isa >= KVC_ISA_AVX2) kvc_pk_register_avx2(&kvc_pk_k);
-    if (isa >= KVC_ISA_AVX512) kvc_pk_register_avx512(&kvc_pk_k); /* after AVX2: packs of 8 stay there */
-    if (isa >= KVC_ISA_AVX2) kvc_packed_register_avx2(&kvc_packed_k);
-    if (isa >= KVC_ISA_AVX512) kvc_packed_register_avx512(&kvc_packed_k);
+    if (isa >= KVC_ISA_AVX2) {
+        kvc_dense_register_avx2(&kvc_dense_k);
+        kvc_softmax_register_avx2(&kvc_softmax_k);
+        kvc_minmax_register_avx2(&kvc_minmax_k);
+        kvc_rowmat_register_avx2(&kvc_rowmat);
+        kvc_quant_register_avx2(&kvc_quant_wsum_k);
+        kvc_iq_register_avx2(&kvc_iq_k);
+        kvc_pk_register_avx2(&kvc_pk_k);
+        kvc_packed_register_avx2(&kvc_packed_k);
+    }
+    if (isa >= KVC_ISA_AVX512) { /* over AVX2: what a file does not implement stays (PackKV's packs of 8) */
+        kvc_dense_register_avx512(&kvc_dense_k);
+        kvc_softmax_register_avx512(&kvc_softmax_k);
+        kvc_minmax_register_avx512(&kvc_minmax_k);
+        kvc_rowmat_register_avx512(&kvc_rowmat);
+        kvc_quant_register_avx512(&kvc_quant_wsum_k);
+        kvc_iq_register_avx512(&kvc_iq_k);
+        kvc_pk_register_avx512(&kvc_pk_k);
+        kvc_packed_register_avx512(&kvc_packed_k);
+    }
 }
 
 void kvc_codecs_init(void) { pthread_once(&init_once, init_all); }

@@ -295,24 +295,3 @@ const kvc_codec_ops *kvc_codec_dense(kvc_dense_type t) {
     default: return &kvc_codec_f32;
     }
 }
-
-/* Registers the SIMD kernels over the references for the active ISA. */
-void kvc_dense_init(kvc_isa isa) {
-    kvc_dense_k = kvc_dense_ref;
-    if (isa >= KVC_ISA_AVX2) {
-        kvc_dense_k = (kvc_dense_kernels){
-            .qk = {kvc_qk_dense_f32_avx2, kvc_qk_dense_f16_avx2, kvc_qk_dense_bf16_avx2},
-            .pv = {kvc_pv_dense_f32_avx2, kvc_pv_dense_f16_avx2, kvc_pv_dense_bf16_avx2},
-            .cvt = {cvt_f32_ref, kvc_cvt_dense_f16_avx2, kvc_cvt_dense_bf16_avx2},
-            .put = {put_f32_ref, kvc_put_dense_f16_avx2, put_bf16_ref},
-        };
-    }
-    if (isa >= KVC_ISA_AVX512) {
-        kvc_dense_k = (kvc_dense_kernels){
-            .qk = {kvc_qk_dense_f32_avx512, kvc_qk_dense_f16_avx512, kvc_qk_dense_bf16_avx512},
-            .pv = {kvc_pv_dense_f32_avx512, kvc_pv_dense_f16_avx512, kvc_pv_dense_bf16_avx512},
-            .cvt = {cvt_f32_ref, kvc_cvt_dense_f16_avx512, kvc_cvt_dense_bf16_avx512},
-            .put = {put_f32_ref, kvc_put_dense_f16_avx512, put_bf16_ref},
-        };
-    }
-}

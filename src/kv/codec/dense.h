@@ -40,8 +40,6 @@ extern const kvc_dense_kernels kvc_dense_ref;
 extern const kvc_codec_ops kvc_codec_f32, kvc_codec_f16, kvc_codec_bf16;
 const kvc_codec_ops *kvc_codec_dense(kvc_dense_type t);
 
-/* Registers SIMD kernels for `isa` over the references (from kvc_codecs_init). */
-void kvc_dense_init(kvc_isa isa);
 
 /* Bytes of unused capacity of a blob if c is a dense codec, else 0. */
 uint64_t kvc_dense_spare_bytes(const kvc_codec *c, const void *blob);
@@ -53,24 +51,9 @@ void kvc_dense_truncate(void *blob, int n);
 /* Frees spare capacity (a chunk that will not grow any more). */
 void kvc_dense_trim(const kvc_codec *c, void *blob);
 
-/* SIMD variants (src/kernels/<isa>/kv_dense_<isa>.c). */
-void kvc_qk_dense_f32_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
-void kvc_qk_dense_f16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
-void kvc_qk_dense_bf16_avx2(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
-void kvc_pv_dense_f32_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
-void kvc_pv_dense_f16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
-void kvc_pv_dense_bf16_avx2(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
-void kvc_cvt_dense_f16_avx2(const void *x, size_t n, float *y);
-void kvc_put_dense_f16_avx2(const float *x, size_t n, void *y);
-void kvc_put_dense_f16_avx512(const float *x, size_t n, void *y);
-void kvc_cvt_dense_bf16_avx2(const void *x, size_t n, float *y);
-void kvc_cvt_dense_f16_avx512(const void *x, size_t n, float *y);
-void kvc_cvt_dense_bf16_avx512(const void *x, size_t n, float *y);
-void kvc_qk_dense_f32_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
-void kvc_qk_dense_f16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
-void kvc_qk_dense_bf16_avx512(const void *x, int n, int d, const float *q, int G, int ldq, float *s, int lds);
-void kvc_pv_dense_f32_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
-void kvc_pv_dense_f16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
-void kvc_pv_dense_bf16_avx512(const void *x, int n, int d, const float *p, int G, int ldp, float *o, int ldo);
+/* SIMD kernels (src/kernels/<isa>/kv_dense_<isa>.c): each overwrites the
+ * entries it implements; kvc_codecs_init calls them for the active ISA. */
+void kvc_dense_register_avx2(kvc_dense_kernels *k);
+void kvc_dense_register_avx512(kvc_dense_kernels *k);
 
 #endif

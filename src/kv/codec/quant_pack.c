@@ -6,7 +6,6 @@
 
 #include <assert.h>
 #include <math.h>
-#include <pthread.h>
 
 #include "base/cpu.h"
 
@@ -136,18 +135,4 @@ void kvc_quant_wsum_scalar(const kvc_qtile *t, const float *w, ptrdiff_t ldw, in
     }
 }
 
-static kvc_quant_wsum_fn active_wsum = kvc_quant_wsum_scalar;
-static pthread_once_t wsum_once = PTHREAD_ONCE_INIT;
-
-static void choose_wsum(void) {
-    switch (kvc_active_isa()) {
-    case KVC_ISA_AVX512: active_wsum = kvc_quant_wsum_avx512; break;
-    case KVC_ISA_AVX2: active_wsum = kvc_quant_wsum_avx2; break;
-    default: active_wsum = kvc_quant_wsum_scalar; break;
-    }
-}
-
-kvc_quant_wsum_fn kvc_quant_wsum(void) {
-    pthread_once(&wsum_once, choose_wsum);
-    return active_wsum;
-}
+kvc_quant_wsum_fn kvc_quant_wsum_k = kvc_quant_wsum_scalar;

@@ -85,12 +85,13 @@ typedef void (*kvc_quant_wsum_fn)(const kvc_qtile *t, const float *w, ptrdiff_t 
 
 void kvc_quant_wsum_scalar(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
                            ptrdiff_t ldo);
-void kvc_quant_wsum_avx2(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
-                         ptrdiff_t ldo);
-void kvc_quant_wsum_avx512(const kvc_qtile *t, const float *w, ptrdiff_t ldw, int nw, float *out,
-                           ptrdiff_t ldo);
+/* SIMD kernels (src/kernels/<isa>/kv_quant_<isa>.c): each sets *f to its
+ * kernel; kvc_codecs_init calls them for the active ISA. */
+void kvc_quant_register_avx2(kvc_quant_wsum_fn *f);
+void kvc_quant_register_avx512(kvc_quant_wsum_fn *f);
 
-/* The kernel for kvc_active_isa(), chosen once. */
-kvc_quant_wsum_fn kvc_quant_wsum(void);
+/* The active kernel (kvc_quant_wsum_scalar until kvc_codecs_init runs). */
+extern kvc_quant_wsum_fn kvc_quant_wsum_k;
+static inline kvc_quant_wsum_fn kvc_quant_wsum(void) { return kvc_quant_wsum_k; }
 
 #endif

@@ -22,9 +22,3 @@ static void score_ref(const kvc_f16 *blocks, int n, int dim, const float *qpm, i
 
 const kvc_minmax_kernels kvc_minmax_ref = {.score = score_ref};
 kvc_minmax_kernels kvc_minmax_k = {.score = score_ref};
-
-void kvc_minmax_kernels_init(kvc_isa isa) {
-    kvc_minmax_k = kvc_minmax_ref;
-    if (isa >= KVC_ISA_AVX2) kvc_minmax_k.score = kvc_minmax_score_avx2;
-    if (isa >= KVC_ISA_AVX512) kvc_minmax_k.score = kvc_minmax_score_avx512;
-}

@@ -15,7 +15,7 @@
  *
  * Lanes past the last unit of the last block are zero and never reported.
  * Scalar reference in minmax_block.c; AVX2 / AVX-512 versions in
- * src/kernels/<isa>/kv_minmax_<isa>.c, registered by kvc_minmax_kernels_init. */
+ * src/kernels/<isa>/kv_minmax_<isa>.c, registered by kvc_codecs_init. */
 #ifndef KVC_KV_SELECT_MINMAX_BLOCK_H
 #define KVC_KV_SELECT_MINMAX_BLOCK_H
 
@@ -37,9 +37,9 @@ typedef struct kvc_minmax_kernels {
 extern kvc_minmax_kernels kvc_minmax_k;
 extern const kvc_minmax_kernels kvc_minmax_ref;
 
-void kvc_minmax_kernels_init(kvc_isa isa);
 
-void kvc_minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float *qpm, int G, float *out);
-void kvc_minmax_score_avx512(const kvc_f16 *blocks, int n, int dim, const float *qpm, int G, float *out);
+
+void kvc_minmax_register_avx2(kvc_minmax_kernels *k);
+void kvc_minmax_register_avx512(kvc_minmax_kernels *k);
 
 #endif

@@ -1,5 +1,5 @@
 /* Scalar reference of the row-block matrix product (rowmat.h) and the
- * registration of its SIMD versions. */
+ * active kernel (SIMD versions registered by kvc_codecs_init). */
 #include "kv/xform/rowmat.h"
 
 static void rowmat_scalar(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
@@ -14,9 +14,3 @@ static void rowmat_scalar(const float *x, int G, int ldx, const float *m, int k,
 
 const kvc_rowmat_fn kvc_rowmat_ref = rowmat_scalar;
 kvc_rowmat_fn kvc_rowmat = rowmat_scalar;
-
-void kvc_rowmat_init(kvc_isa isa) {
-    kvc_rowmat = rowmat_scalar;
-    if (isa >= KVC_ISA_AVX2) kvc_rowmat = kvc_rowmat_avx2;
-    if (isa >= KVC_ISA_AVX512) kvc_rowmat = kvc_rowmat_avx512;
-}

@@ -19,14 +19,11 @@
 typedef void (*kvc_rowmat_fn)(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm,
                               float *y, int ldy);
 
-extern kvc_rowmat_fn kvc_rowmat;           /* active (after kvc_rowmat_init) */
+extern kvc_rowmat_fn kvc_rowmat;           /* active (after kvc_codecs_init) */
 extern const kvc_rowmat_fn kvc_rowmat_ref; /* scalar reference */
 
-void kvc_rowmat_init(kvc_isa isa);
 
-void kvc_rowmat_avx2(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
-                     int ldy);
-void kvc_rowmat_avx512(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
-                       int ldy);
+void kvc_rowmat_register_avx2(kvc_rowmat_fn *f);
+void kvc_rowmat_register_avx512(kvc_rowmat_fn *f);
 
 #endif
