@@ -217,8 +217,8 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
         int nk = npair - k0 < 16 ? npair - k0 : 16;
         __m512 w[16][2];
         float wm[16];
-        for (int k = 0; k < nk; k++) {
-            int h = (k0 + k) / ng, g = (k0 + k) % ng;
+        int h = k0 / ng, g = k0 % ng; /* pair k0 + k is (h, g); stepped, not divided */
+        for (int k = 0; k < nk; k++, g = g + 1 == ng ? (h++, 0) : g + 1) {
             const float *ph = p + (size_t)h * ldp + blk - j0; /* lane l: token blk + l */
             __m512 p0 = _mm512_maskz_loadu_ps(m0, ph), p1 = _mm512_maskz_loadu_ps(m1, ph + 16);
             st->mt[h][g] = _mm512_fmadd_ps(p0, nv[g][0], _mm512_fmadd_ps(p1, nv[g][1], st->mt[h][g]));
@@ -234,8 +234,8 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
         float inv[16], beta[16];
         _mm512_storeu_ps(inv, _mm512_maskz_div_ps(ok, _mm512_set1_ps(255.0f), wmax));
         _mm512_storeu_ps(beta, _mm512_maskz_mul_ps(ok, wmax, _mm512_set1_ps(1.0f / 255.0f)));
-        for (int k = 0; k < nk; k++) {
-            int h = (k0 + k) / ng, g = (k0 + k) % ng;
+        h = k0 / ng, g = k0 % ng;
+        for (int k = 0; k < nk; k++, g = g + 1 == ng ? (h++, 0) : g + 1) {
             __m512 iv = _mm512_set1_ps(inv[k]); /* 0 for an unusable block: zero weights */
             __m128i q0 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][0], iv)));
             __m128i q1 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][1], iv)));
