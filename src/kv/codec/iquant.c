@@ -1,7 +1,7 @@
 /* The integer-kernel quant codecs "iq_k" / "iq_v" (layouts and math in
- * iquant.h): encoding through the quant codec's per-row quantizer
- * (kvc_quant_encode, so the codes, mins and scales equal quant_k / quant_v's),
- * re-arranged for the integer kernels; qk / pv walk the requested token
+ * iquant.h): encoding straight into the integer layouts through the quant
+ * codec's row math (kvc_quant_params, kvc_quant_code: the codes, mins and
+ * scales equal quant_k / quant_v's); qk / pv walk the requested token
  * ranges tile by tile and call the active kernels (kvc_iq_k). Also the scalar
  * reference kernels every SIMD variant is tested against. */
 #include "kv/codec/iquant.h"
@@ -54,12 +54,24 @@ static iqblob *blob_alloc(size_t data_bytes, int n, int bits, int group, int dim
     return b;
 }
 
-/* Quantizes one row of n values (stride vs) and returns its codes. */
-static void quantize_row(const float *x, ptrdiff_t vs, int n, int bits, kvc_f16 *mn, kvc_f16 *sc,
-                         uint8_t *codes) {
-    uint32_t words[KVC_QUANT_MAX_N];
-    kvc_quant_encode(x, 0, vs, 1, n, bits, mn, sc, words);
-    kvc_quant_unpack(bits, words, n, codes);
+/* A code row of up to MAX_DIM values (one key token's channels, padded with
+ * zero codes to whole words; one value token's channels) as bytes. */
+typedef struct code_row {
+    uint8_t c[MAX_DIM + 32];
+} code_row;
+
+/* Word k of a key token from its channel codes: byte b, bit field j is channel
+ * 4j + b of the word's cpw = 32/bits channels, i.e. the OR over j of the
+ * little-endian 32-bit loads of codes [4j, 4j + 4) shifted by bits*j (each
+ * code < 2^bits, so the fields do not overlap). */
+static uint32_t k_word(const uint8_t *c, int bits) {
+    uint32_t w = 0;
+    for (int j = 0; j < 8 / bits; j++) {
+        uint32_t four;
+        memcpy(&four, c + 4 * j, 4);
+        w |= four << (bits * j);
+    }
+    return w;
 }
 
 static int count_iq(const kvc_codec *c, const void *blob) { return ((const iqblob *)blob)->n; }
@@ -87,16 +99,36 @@ static kvc_iq_ktile k_tile(const iqblob *b, int t) {
 
 kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t) { return k_tile(blob, t); }
 
+/* Keys are quantized per channel over the tile's tokens: one pass over the
+ * tokens for each channel's min and max (in token order, as the row encoder
+ * meets them: it decides the sign of a zero min), the f16 parameters per
+ * channel, then each token's codes packed straight into its words. */
 static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t) {
-    int cpw = kvc_iq_cpw(t->bits), kw = kvc_iq_kwords(t->bits, t->dim);
+    int dim = t->dim, bits = t->bits, cpw = kvc_iq_cpw(bits), kw = kvc_iq_kwords(bits, dim);
+    int qm = (1 << bits) - 1;
+    float mn[MAX_DIM], mx[MAX_DIM], minf[MAX_DIM], scf[MAX_DIM];
+    for (int c = 0; c < dim; c++) mn[c] = INFINITY, mx[c] = -INFINITY;
+    for (int j = 0; j < t->n; j++) {
+        const float *row = x + (size_t)j * ld;
+        for (int c = 0; c < dim; c++) {
+            float v = row[c];
+            mn[c] = v < mn[c] ? v : mn[c]; /* NaN compares false: ignored */
+            mx[c] = v > mx[c] ? v : mx[c];
+        }
+    }
+    kvc_f16 *mins = (kvc_f16 *)t->mins, *scales = (kvc_f16 *)t->scales;
+    for (int c = 0; c < dim; c++) {
+        kvc_quant_params(mn[c], mx[c], bits, &mins[c], &scales[c]);
+        minf[c] = kvc_f16_to_f32(mins[c]);
+        scf[c] = kvc_f16_to_f32(scales[c]);
+    }
     uint32_t *codes = (uint32_t *)t->codes;
-    uint8_t code[KVC_QUANT_MAX_N];
-    for (int c = 0; c < t->dim; c++) {
-        quantize_row(x + c, ld, t->n, t->bits, (kvc_f16 *)&t->mins[c], (kvc_f16 *)&t->scales[c], code);
-        int w = c / cpw, r = c % cpw, shift = 8 * (r % 4) + t->bits * (r / 4);
-        for (int j = 0; j < t->n; j++)
-            codes[((size_t)(j / KVC_IQ_KBLOCK) * kw + w) * KVC_IQ_KBLOCK + j % KVC_IQ_KBLOCK] |=
-                (uint32_t)code[j] << shift;
+    code_row cr = {{0}}; /* channels dim.. stay 0: the last word's padding */
+    for (int j = 0; j < t->n; j++) {
+        const float *row = x + (size_t)j * ld;
+        for (int c = 0; c < dim; c++) cr.c[c] = (uint8_t)kvc_quant_code(row[c], minf[c], scf[c], qm);
+        uint32_t *out = codes + (size_t)(j / KVC_IQ_KBLOCK) * kw * KVC_IQ_KBLOCK + j % KVC_IQ_KBLOCK;
+        for (int w = 0; w < kw; w++) out[(size_t)w * KVC_IQ_KBLOCK] = k_word(cr.c + w * cpw, bits);
     }
 }
 
@@ -133,14 +165,42 @@ static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, in
     }
 }
 
+/* The channel codes of key word w (the inverse of k_word). */
+static void k_unword(uint32_t w, int bits, uint8_t *c) {
+    uint32_t mask = ((1u << bits) - 1) * 0x01010101u;
+    for (int j = 0; j < 8 / bits; j++) {
+        uint32_t four = (w >> (bits * j)) & mask;
+        memcpy(c + 4 * j, &four, 4);
+    }
+}
+
+/* code * scale + min per value (the quant codecs' decode, same rounding: no
+ * fused multiply-add), 16 values at a time (dims and groups are multiples of
+ * 16, so the fixed-length loop vectorizes with no tail). */
+static void dequant16(const uint8_t *code, const float *sc, const float *mn, float *out) {
+    for (int i = 0; i < 16; i++) out[i] = (float)code[i] * sc[i] + mn[i];
+}
+
+/* Prefill decodes the whole past once per query tile (kv/prefill.c), so this
+ * runs over every cached token many times: parameters widened once per
+ * tile, codes unpacked a word at a time. */
 static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
     const iqblob *b = blob;
-    for (int j = begin; j < end; j++) {
-        kvc_iq_ktile v = k_tile(b, j / b->group);
-        for (int d = 0; d < b->dim; d++)
-            x[(size_t)(j - begin) * ld + d] =
-                (float)kvc_iq_kcode(&v, j % b->group, d) * kvc_f16_to_f32(v.scales[d]) +
-                kvc_f16_to_f32(v.mins[d]);
+    int dim = b->dim, bits = b->bits, cpw = kvc_iq_cpw(bits), kw = kvc_iq_kwords(bits, dim);
+    float sc[MAX_DIM], mn[MAX_DIM];
+    code_row cr;
+    kvc_iq_ktile v = {0};
+    for (int j = begin, cur = -1; j < end; j++) {
+        int ti = j / b->group, jt = j % b->group;
+        if (ti != cur) {
+            v = k_tile(b, ti);
+            for (int d = 0; d < dim; d++) sc[d] = kvc_f16_to_f32(v.scales[d]), mn[d] = kvc_f16_to_f32(v.mins[d]);
+            cur = ti;
+        }
+        const uint32_t *wp = v.codes + (size_t)(jt / KVC_IQ_KBLOCK) * kw * KVC_IQ_KBLOCK + jt % KVC_IQ_KBLOCK;
+        for (int w = 0; w < kw; w++) k_unword(wp[(size_t)w * KVC_IQ_KBLOCK], bits, cr.c + w * cpw);
+        float *out = x + (size_t)(j - begin) * ld;
+        for (int d = 0; d < dim; d += 16) dequant16(cr.c + d, sc + d, mn + d, out + d);
     }
 }
 
@@ -187,19 +247,29 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
     b->n_tiles = ng;
     b->npad = npad;
     kvc_iq_vblob v = v_view(b);
-    int tpw = 32 / q->bits;
+    int tpw = 32 / q->bits, qm = (1 << q->bits) - 1;
     uint32_t *codes = (uint32_t *)v.codes;
-    uint8_t code[KVC_QUANT_MAX_N];
-    for (int g = 0; g < ng; g++) {
-        int c0 = g * q->group, cw = c->dim - c0 < q->group ? c->dim - c0 : q->group;
-        for (int t = 0; t < n; t++) {
+    kvc_f16 *mins = (kvc_f16 *)v.mins, *scales = (kvc_f16 *)v.scales;
+    code_row cr;
+    /* Values are quantized per token and channel group; token r of a block of
+     * tpw tokens sits in byte r % 4, bit field r / 4 of its channels' words. */
+    for (int t = 0; t < n; t++) {
+        const float *row = x + (size_t)t * ld;
+        for (int g = 0; g < ng; g++) {
+            int c0 = g * q->group, c1 = c->dim - c0 < q->group ? c->dim : c0 + q->group;
+            float mn = INFINITY, mx = -INFINITY;
+            for (int j = c0; j < c1; j++) {
+                mn = row[j] < mn ? row[j] : mn; /* NaN compares false: ignored */
+                mx = row[j] > mx ? row[j] : mx;
+            }
             size_t pi = (size_t)g * npad + t;
-            quantize_row(x + (size_t)t * ld + c0, 1, cw, q->bits, (kvc_f16 *)&v.mins[pi],
-                         (kvc_f16 *)&v.scales[pi], code);
-            int r = t % tpw, shift = 8 * (r % 4) + q->bits * (r / 4);
-            for (int j = 0; j < cw; j++)
-                codes[(size_t)(t / tpw) * c->dim + c0 + j] |= (uint32_t)code[j] << shift;
+            kvc_quant_params(mn, mx, q->bits, &mins[pi], &scales[pi]);
+            float minf = kvc_f16_to_f32(mins[pi]), scf = kvc_f16_to_f32(scales[pi]);
+            for (int j = c0; j < c1; j++) cr.c[j] = (uint8_t)kvc_quant_code(row[j], minf, scf, qm);
         }
+        int r = t % tpw, shift = 8 * (r % 4) + q->bits * (r / 4);
+        uint32_t *out = codes + (size_t)(t / tpw) * c->dim;
+        for (int j = 0; j < c->dim; j++) out[j] |= (uint32_t)cr.c[j] << shift;
     }
     *blob = b;
     return KVC_OK;
@@ -213,12 +283,23 @@ static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, in
 
 static void decode_v(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
     kvc_iq_vblob v = v_view(blob);
-    for (int j = begin; j < end; j++)
-        for (int d = 0; d < v.dim; d++) {
-            size_t pi = (size_t)(d / v.group) * v.npad + j;
-            x[(size_t)(j - begin) * ld + d] = (float)kvc_iq_vcode(&v, j, d) * kvc_f16_to_f32(v.scales[pi]) +
-                                              kvc_f16_to_f32(v.mins[pi]);
+    int tpw = 32 / v.bits, ng = (v.dim + v.group - 1) / v.group;
+    uint32_t mask = (1u << v.bits) - 1;
+    code_row cr;
+    float sc[MAX_DIM], mn[MAX_DIM];
+    for (int j = begin; j < end; j++) {
+        int r = j % tpw, shift = 8 * (r % 4) + v.bits * (r / 4);
+        const uint32_t *row = v.codes + (size_t)(j / tpw) * v.dim;
+        for (int d = 0; d < v.dim; d++) cr.c[d] = (uint8_t)((row[d] >> shift) & mask);
+        for (int g = 0; g < ng; g++) {
+            int c0 = g * v.group, c1 = c0 + v.group < v.dim ? c0 + v.group : v.dim;
+            size_t pi = (size_t)g * v.npad + j;
+            float s = kvc_f16_to_f32(v.scales[pi]), m = kvc_f16_to_f32(v.mins[pi]);
+            for (int d = c0; d < c1; d++) sc[d] = s, mn[d] = m;
         }
+        float *out = x + (size_t)(j - begin) * ld;
+        for (int d = 0; d < v.dim; d += 16) dequant16(cr.c + d, sc + d, mn + d, out + d);
+    }
 }
 
 static void bytes_v(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {

@@ -57,15 +57,7 @@ kvc_f16 kvc_f16_round_up(float x) {
     return h;
 }
 
-/* One row: min/max, f16 params, codes. */
-static void encode_row(const float *x, ptrdiff_t stride, int n, int bits, kvc_f16 *min_out,
-                       kvc_f16 *scale_out, uint32_t *words) {
-    float mn = INFINITY, mx = -INFINITY;
-    for (int i = 0; i < n; i++) {
-        float v = x[i * stride];
-        if (v < mn) mn = v; /* NaN compares false: ignored */
-        if (v > mx) mx = v;
-    }
+void kvc_quant_params(float mn, float mx, int bits, kvc_f16 *min_out, kvc_f16 *scale_out) {
     if (mn > mx) mn = mx = 0.0f; /* all NaN */
     mn = clamp_f16_range(mn);
     mx = clamp_f16_range(mx);
@@ -79,22 +71,23 @@ static void encode_row(const float *x, ptrdiff_t stride, int n, int bits, kvc_f1
         if ((double)sf < sd) sf = nextafterf(sf, INFINITY);
         scale_h = kvc_f16_round_up(sf);
     }
-    float scalef = kvc_f16_to_f32(scale_h);
-    uint8_t codes[KVC_QUANT_MAX_N];
-    for (int i = 0; i < n; i++) {
-        int qm = kvc_quant_qmax(bits, i);
-        int c = 0;
-        if (scalef > 0.0f) {
-            float v = (x[i * stride] - minf) / scalef;
-            if (!(v > 0.0f)) c = 0; /* also NaN */
-            else if (v >= (float)qm) c = qm;
-            else c = (int)(v + 0.5f);
-            if (c > qm) c = qm;
-        }
-        codes[i] = (uint8_t)c;
-    }
     *min_out = min_h;
     *scale_out = scale_h;
+}
+
+/* One row: min/max, f16 params, codes. */
+static void encode_row(const float *x, ptrdiff_t stride, int n, int bits, kvc_f16 *min_out,
+                       kvc_f16 *scale_out, uint32_t *words) {
+    float mn = INFINITY, mx = -INFINITY;
+    for (int i = 0; i < n; i++) {
+        float v = x[i * stride];
+        if (v < mn) mn = v; /* NaN compares false: ignored */
+        if (v > mx) mx = v;
+    }
+    kvc_quant_params(mn, mx, bits, min_out, scale_out);
+    float minf = kvc_f16_to_f32(*min_out), scalef = kvc_f16_to_f32(*scale_out);
+    uint8_t codes[KVC_QUANT_MAX_N];
+    for (int i = 0; i < n; i++) codes[i] = (uint8_t)kvc_quant_code(x[i * stride], minf, scalef, kvc_quant_qmax(bits, i));
     kvc_quant_pack(bits, codes, n, words);
 }
 

@@ -64,6 +64,21 @@ void kvc_quant_unpack(int bits, const uint32_t *words, int n, uint8_t *codes);
 kvc_f16 kvc_f16_round_down(float x);
 kvc_f16 kvc_f16_round_up(float x);
 
+/* The f16 min and scale of a row from its smallest and largest values (NaN
+ * skipped; mn > mx: no value, all NaN), as the encoder below computes them;
+ * and the code of one value x of that row (minf, scalef: the f16 min and scale
+ * as floats; qm: kvc_quant_qmax of its slot). The integer layouts (iquant.c)
+ * encode through these two, so their codes equal the quant codecs'. */
+void kvc_quant_params(float mn, float mx, int bits, kvc_f16 *min_out, kvc_f16 *scale_out);
+static inline int kvc_quant_code(float x, float minf, float scalef, int qm) {
+    if (!(scalef > 0.0f)) return 0;
+    float v = (x - minf) / scalef;
+    if (!(v > 0.0f)) return 0; /* also NaN */
+    if (v >= (float)qm) return qm;
+    int c = (int)(v + 0.5f);
+    return c > qm ? qm : c;
+}
+
 /* Encodes `rows` rows of n values into a tile's arrays. Value i of row r is
  * x[r*row_stride + i*val_stride] (strides in floats, so keys given as
  * [token][channel] are encoded per channel with row_stride 1, val_stride D).
