@@ -283,22 +283,17 @@ static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, in
 
 static void decode_v(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
     kvc_iq_vblob v = v_view(blob);
-    int tpw = 32 / v.bits, ng = (v.dim + v.group - 1) / v.group;
+    int tpw = 32 / v.bits;
     uint32_t mask = (1u << v.bits) - 1;
-    code_row cr;
-    float sc[MAX_DIM], mn[MAX_DIM];
     for (int j = begin; j < end; j++) {
         int r = j % tpw, shift = 8 * (r % 4) + v.bits * (r / 4);
         const uint32_t *row = v.codes + (size_t)(j / tpw) * v.dim;
-        for (int d = 0; d < v.dim; d++) cr.c[d] = (uint8_t)((row[d] >> shift) & mask);
-        for (int g = 0; g < ng; g++) {
-            int c0 = g * v.group, c1 = c0 + v.group < v.dim ? c0 + v.group : v.dim;
-            size_t pi = (size_t)g * v.npad + j;
-            float s = kvc_f16_to_f32(v.scales[pi]), m = kvc_f16_to_f32(v.mins[pi]);
-            for (int d = c0; d < c1; d++) sc[d] = s, mn[d] = m;
-        }
         float *out = x + (size_t)(j - begin) * ld;
-        for (int d = 0; d < v.dim; d += 16) dequant16(cr.c + d, sc + d, mn + d, out + d);
+        for (int d0 = 0; d0 < v.dim; d0 += 16) { /* 16 channels lie in one group */
+            size_t pi = (size_t)(d0 / v.group) * v.npad + j;
+            float s = kvc_f16_to_f32(v.scales[pi]), m = kvc_f16_to_f32(v.mins[pi]);
+            for (int i = 0; i < 16; i++) out[d0 + i] = (float)((row[d0 + i] >> shift) & mask) * s + m;
+        }
     }
 }
 
