@@ -7,13 +7,16 @@ For each context length L it takes the first L tokens of a text (tokenised by
 the reference; default data/alice.txt, repeated if shorter), prefills them
 (n_ctx = L + decode tokens, n_batch 512) and times that, then decodes
 --decode tokens greedily one at a time, timing only the model evaluation.
-With --write-prompts DIR it also writes DIR/prompt_L.txt (the detokenised L
+--type-k / --type-v set the KV cache types (f16, the default, q8_0, q4_0;
+llama.cpp quantizes V only with flash attention, --flash-attn). With
+--write-prompts DIR it also writes DIR/prompt_L.txt (the detokenised L
 tokens) so kvcomp can be run on the same text:
 
   kvcomp run -m MODEL -f DIR/prompt_L.txt --raw -c L+N -n N -t 2 --temp 0
 
 Usage: /opt/ref/venv/bin/python bench/llama_cpp_ref.py [--model M] [--text F]
        [--ctx 512,2048,8192] [--decode 128] [--threads 2] [--reps 3] [--json]
+       [--type-k f16|q8_0|q4_0] [--type-v f16|q8_0|q4_0] [--flash-attn]
 """
 import argparse
 import json
@@ -23,6 +26,9 @@ import time
 
 import numpy as np
 import llama_cpp
+
+# ggml type ids of the KV cache types llama.cpp takes (ggml.h enum ggml_type)
+GGML_TYPES = {"f32": 0, "f16": 1, "q4_0": 2, "q4_1": 3, "q5_0": 6, "q5_1": 7, "q8_0": 8}
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -43,6 +49,9 @@ def main():
     ap.add_argument("--reps", type=int, default=3, help="repetitions; the best is reported")
     ap.add_argument("--write-prompts", metavar="DIR")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--type-k", default="f16", choices=sorted(GGML_TYPES))
+    ap.add_argument("--type-v", default="f16", choices=sorted(GGML_TYPES))
+    ap.add_argument("--flash-attn", action="store_true")
     a = ap.parse_args()
 
     text = open(a.text, encoding="utf-8").read()
@@ -50,7 +59,9 @@ def main():
     for L in [int(x) for x in a.ctx.split(",")]:
         n_ctx = L + a.decode
         llm = llama_cpp.Llama(model_path=a.model, n_ctx=n_ctx, n_batch=512, n_threads=a.threads,
-                              n_threads_batch=a.threads, logits_all=False, verbose=False)
+                              n_threads_batch=a.threads, logits_all=False, verbose=False,
+                              type_k=GGML_TYPES[a.type_k], type_v=GGML_TYPES[a.type_v],
+                              flash_attn=a.flash_attn)
         toks = llm.tokenize(text.encode("utf-8"), add_bos=True, special=False)
         while len(toks) < L:
             toks = toks + toks
@@ -85,7 +96,8 @@ def main():
                   flush=True)
     if a.json:
         json.dump({"engine": "llama.cpp (llama-cpp-python %s)" % llama_cpp.__version__,
-                   "threads": a.threads, "decode_tokens": a.decode, "rows": rows}, sys.stdout, indent=1)
+                   "threads": a.threads, "decode_tokens": a.decode, "type_k": a.type_k,
+                   "type_v": a.type_v, "flash_attn": a.flash_attn, "rows": rows}, sys.stdout, indent=1)
         print()
 
 
