@@ -12,7 +12,10 @@
 #        KVS="full:f16 kivi:bits=4 kivi:bits=2"
 #        LLAMA_KVS="f16 f16+fa q8_0+fa q4_0+fa"   (type of K and V, +fa: flash attention)
 #        PY=/opt/ref/venv/bin/python
-#        LOCK=FILE  run each engine call under `flock FILE` (released between runs)
+#        LOCK=FILE  run each engine call under `flock FILE` (released between runs;
+#                   on a shared machine the waits for the lock can far exceed the runs:
+#                   llama.cpp's quantized caches with flash attention prefill 8K at
+#                   15-25 tok/s here, several minutes a run)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 KVCOMP=${1:-$ROOT/build/kvcomp}
@@ -58,7 +61,7 @@ for rep in $(seq "$REPS"); do
             field "$OUT/r.json" "['decode_tok_s']" >>"$OUT/dec_$i"
             field "$OUT/r.json" "['kv_bytes']" >>"$OUT/kvb_$i"
         fi
-        echo "rep $rep: ${rows[$i]}: decode $(tail -1 "$OUT/dec_$i") tok/s ($(date -u +%H:%M:%S))" >&2
+        echo "rep $rep: ${rows[$i]}: prefill $(tail -1 "$OUT/pf_$i") decode $(tail -1 "$OUT/dec_$i") tok/s ($(date -u +%H:%M:%S))" >&2
     done
 done
 
