@@ -14,68 +14,115 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
+/* Prefetch distance in tokens for the two streams (bits, vals): the hardware
+ * prefetcher alone leaves them short; 16 tokens (~700 bytes of values) was
+ * too close to hide DRAM latency on one core (docs/benchmarks.md, MUSTAFAR,
+ * 2026-11-26). */
+enum { PF_TOK = 192 };
+
+/* Prefetches the bits and values of tokens [i + PF_TOK, i + PF_TOK + 4):
+ * 4 * keep * 2 bytes of values (3 lines cover up to 192 bytes, keep <= 24;
+ * wider tokens issue one line per 64 bytes) and 4 * nt * 8 bytes of bits. */
+ALWAYS_INLINE void prefetch4(const kvc_bitmap_view *v, int nt, size_t i) {
+    const char *vp = (const char *)(v->vals + (i + PF_TOK) * (size_t)v->keep);
+    const char *bp = (const char *)(v->bits + (i + PF_TOK) * (size_t)nt);
+    size_t vb = (size_t)8 * v->keep, bb = (size_t)32 * nt;
+    for (size_t o = 0; o < vb; o += 64) _mm_prefetch(vp + o, _MM_HINT_T0);
+    for (size_t o = 0; o < bb; o += 64) _mm_prefetch(bp + o, _MM_HINT_T0);
+}
+
 /* The 64 values of one tile as 4 x 16 f32 (pruned channels are 0). `p` points at
  * the tile's first packed value; returns the pointer past its last one.
- * Four 256-bit VPEXPANDW of 16 values each rather than two 512-bit ones: on the
- * machine of docs/benchmarks.md (AMD Zen 5) the 512-bit form costs ~1.2 ns and
- * the 256-bit form ~0.4 ns (measured, docs/formats.md "Bitmap tiles"), and each
- * 16-value result feeds VCVTPH2PS directly. */
+ * Two 512-bit VPEXPANDW (expand-loads of 32 values each) and the upper halves
+ * extracted for VCVTPH2PS: on this machine (Sapphire Rapids class, 2026-11-26)
+ * a 512-bit expand costs about as much as a 256-bit one, so two of them beat
+ * four (the 256-bit form was chosen on AMD Zen 5, docs/formats.md). */
 ALWAYS_INLINE const kvc_f16 *expand_tile(const kvc_f16 *p, uint64_t m, __m512 f[4]) {
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-        __mmask16 mr = (__mmask16)(m >> (16 * r));
-        __m256i x = _mm256_maskz_expand_epi16(mr, _mm256_loadu_si256((const __m256i *)p));
-        p += __builtin_popcount((unsigned)mr);
-        f[r] = _mm512_cvtph_ps(x);
-    }
+    __mmask32 m0 = (__mmask32)m, m1 = (__mmask32)(m >> 32);
+    __m512i x0 = _mm512_maskz_expandloadu_epi16(m0, p);
+    p += __builtin_popcount((unsigned)m0);
+    __m512i x1 = _mm512_maskz_expandloadu_epi16(m1, p);
+    p += __builtin_popcount((unsigned)m1);
+    f[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(x0));
+    f[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x0, 1));
+    f[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(x1));
+    f[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x1, 1));
     return p;
 }
 
-/* acc[h] = lanes whose sum is q_h . K[tok] for one token (G heads). */
+/* acc[h] += the lanes whose sum is q_h . K[tok] (G heads), one FMA chain per
+ * head: no separate multiplies and adds. */
 ALWAYS_INLINE void token_dot(const kvc_bitmap_view *k, int nt, size_t tok,
                              const float *const *qs, const int G, __m512 *acc) {
     const uint64_t *bits = k->bits + tok * nt;
     const kvc_f16 *vp = k->vals + tok * (size_t)k->keep;
-    /* the hardware prefetcher alone leaves the two streams (bits, vals) short */
-    _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep), _MM_HINT_T0);
-    _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep) + 64, _MM_HINT_T0);
-    _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
-#pragma GCC unroll 4
-    for (int h = 0; h < G; h++) acc[h] = _mm512_setzero_ps();
     for (int t = 0; t < nt; t++) {
         __m512 f[4];
         vp = expand_tile(vp, bits[t], f);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             const float *qt = qs[h] + t * 64;
-            __m512 a = _mm512_mul_ps(f[0], _mm512_loadu_ps(qt));
-            __m512 b = _mm512_mul_ps(f[1], _mm512_loadu_ps(qt + 16));
-            a = _mm512_fmadd_ps(f[2], _mm512_loadu_ps(qt + 32), a);
-            b = _mm512_fmadd_ps(f[3], _mm512_loadu_ps(qt + 48), b);
-            acc[h] = _mm512_add_ps(acc[h], _mm512_add_ps(a, b));
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[h] = _mm512_fmadd_ps(f[r], _mm512_loadu_ps(qt + 16 * r), acc[h]);
         }
     }
 }
 
+/* One step of the reduction tree below: the lanes `sel` of x and y are
+ * paired with the other lanes by `idx` (a shuffle) and a blend, so each step
+ * costs one shuffle, one blend and one add instead of two shuffles and an add. */
+ALWAYS_INLINE __m512 fold(__m512 x, __m512 y, __mmask16 sel, __m512i idx) {
+    return _mm512_add_ps(_mm512_mask_blend_ps(sel, x, y), _mm512_permutex2var_ps(x, idx, y));
+}
+
+/* Lane j of the result = sum of a[j]'s 16 lanes (a transpose-and-add tree:
+ * 15 folds for 16 vectors). */
+ALWAYS_INLINE __m512 reduce16(const __m512 a[16]) {
+    /* per fold, the lanes of x (i < 16) and y (16 + i) that x's kept lanes pair with */
+    const __m512i i256 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i i128 = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
+    const __m512i i64 = _mm512_setr_epi32(2, 3, 16, 17, 6, 7, 20, 21, 10, 11, 24, 25, 14, 15, 28, 29);
+    const __m512i i32 = _mm512_setr_epi32(1, 16, 3, 18, 5, 20, 7, 22, 9, 24, 11, 26, 13, 28, 15, 30);
+    __m512 b[8], c[4], d[2];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) b[j] = fold(a[j], a[j + 8], 0xFF00, i256);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) c[j] = fold(b[j], b[j + 4], 0xF0F0, i128);
+#pragma GCC unroll 2
+    for (int j = 0; j < 2; j++) d[j] = fold(c[j], c[j + 2], 0xCCCC, i64);
+    return fold(d[0], d[1], 0xAAAA, i32);
+}
+
 /* Heads [0, G) with G a compile-time constant after inlining. qs: per head a
- * pointer to nt*64 floats (the tail tile zero-padded). Four tokens at a time,
- * reduced together. */
+ * pointer to nt*64 floats (the tail tile zero-padded). Four tokens at a time:
+ * 4 x G accumulators, reduced together by one tree (lane h*4 + token). */
 ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, const int G, int n,
                             float *scores, int ld) {
     int nt = kvc_bitmap_tiles(k->d);
     int i = 0;
     for (; i + 4 <= n; i += 4) {
-        __m512 a0[4], a1[4], a2[4], a3[4];
-        token_dot(k, nt, (size_t)i, qs, G, a0);
-        token_dot(k, nt, (size_t)i + 1, qs, G, a1);
-        token_dot(k, nt, (size_t)i + 2, qs, G, a2);
-        token_dot(k, nt, (size_t)i + 3, qs, G, a3);
+        prefetch4(k, nt, (size_t)i);
+        __m512 a[16];
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++) a[j] = _mm512_setzero_ps();
 #pragma GCC unroll 4
-        for (int h = 0; h < G; h++)
-            _mm_storeu_ps(scores + (size_t)h * ld + i, kvc_reduce4_avx512(a0[h], a1[h], a2[h], a3[h]));
+        for (int tt = 0; tt < 4; tt++) {
+            __m512 acc[4];
+#pragma GCC unroll 4
+            for (int h = 0; h < G; h++) acc[h] = _mm512_setzero_ps();
+            token_dot(k, nt, (size_t)(i + tt), qs, G, acc);
+#pragma GCC unroll 4
+            for (int h = 0; h < G; h++) a[h * 4 + tt] = acc[h];
+        }
+        _Alignas(64) float r[16];
+        _mm512_store_ps(r, reduce16(a));
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) memcpy(scores + (size_t)h * ld + i, r + 4 * h, 16);
     }
     for (; i < n; i++) {
         __m512 a0[4];
+#pragma GCC unroll 4
+        for (int h = 0; h < G; h++) a0[h] = _mm512_setzero_ps();
         token_dot(k, nt, (size_t)i, qs, G, a0);
         for (int h = 0; h < G; h++) scores[(size_t)h * ld + i] = _mm512_reduce_add_ps(a0[h]);
     }
@@ -121,11 +168,9 @@ ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, cons
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[h][r] = _mm512_setzero_ps();
     for (int i = 0; i < n; i++) {
+        if (t == 0 && (i & 3) == 0) prefetch4(v, nt, (size_t)i);
         const uint64_t *bits = v->bits + (size_t)i * nt;
         const kvc_f16 *vp = v->vals + (size_t)i * v->keep;
-        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep), _MM_HINT_T0);
-        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep) + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
         for (int u = 0; u < t; u++) vp += __builtin_popcountll(bits[u]);
         __m512 f[4];
         expand_tile(vp, bits[t], f);
