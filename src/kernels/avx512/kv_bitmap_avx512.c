@@ -2,8 +2,9 @@
  * dense", Appendix C): each 64-channel tile is expanded from its packed f16
  * values with VPEXPANDW (AVX512-VBMI2) under the tile's bitmap, widened to f32
  * and used as a dense 64-wide vector. q·k: one token at a time against all g
- * query heads of the GQA group (the tile is read once per group), four tokens
- * reduced together. p·v: tile-outer so the g×64 output accumulators stay in
+ * query heads of the GQA group (the tile is read once per group), one FMA
+ * chain per head, four tokens x up to four heads reduced by one transpose-
+ * and-add tree. p·v: tile-outer so the g×64 output accumulators stay in
  * registers while the tokens stream by. Scalar reference: src/kv/codec/bitmap.c. */
 #include <immintrin.h>
 #include <string.h>
@@ -14,10 +15,12 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-/* Prefetch distance in tokens for the two streams (bits, vals): the hardware
- * prefetcher alone leaves them short; 16 tokens (~700 bytes of values) was
- * too close to hide DRAM latency on one core (docs/benchmarks.md, MUSTAFAR,
- * 2026-11-26). */
+/* Prefetch distance in tokens for the two streams (bits, vals), one prefetch
+ * round per 4 tokens. On this machine the hardware prefetcher already keeps
+ * up with both sequential streams: 0, 64, 192, 512 and 1024 tokens ahead
+ * timed the same within noise (docs/benchmarks.md, MUSTAFAR, 2026-11-26); the
+ * software prefetch stays as cheap insurance on machines whose prefetcher
+ * tracks fewer streams. */
 enum { PF_TOK = 192 };
 
 /* Prefetches the bits and values of tokens [i + PF_TOK, i + PF_TOK + 4):
