@@ -140,8 +140,11 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
     const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
     float xq[4][KVC_IQ_MAX_DIM];
-    memset(qh, 0, sizeof qh); /* bytes beyond dim (1-bit words of 32 channels) stay zero */
-    memset(ql, 0, sizeof ql);
+    int width = kvc_iq_kwords(tiles[0].bits, dim) * kvc_iq_cpw(tiles[0].bits); /* query bytes the words read */
+    for (int h = 0; h < 4 && width > dim; h++) { /* beyond dim (1-bit words of 32 channels): zero */
+        memset((int8_t *)qh[h] + dim, 0, (size_t)(width - dim));
+        memset((int8_t *)ql[h] + dim, 0, (size_t)(width - dim));
+    }
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4, qok[4];
         float qa[4];

@@ -85,7 +85,7 @@ static int count_q(const kvc_codec *c, const void *blob) { return ((const qblob 
 static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
                  int end, float *s, int lds) {
     const qblob *b = blob;
-    kvc_quant_wsum_fn wsum = kvc_quant_wsum();
+    kvc_quant_wsum_fn wsum = kvc_quant_wsum_k;
     float tmp[HEAD_CHUNK * KVC_QUANT_MAX_N];
     for (int t0 = begin; t0 < end;) {
         int tile = t0 / b->group, tb = tile * b->group;
@@ -205,7 +205,7 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
 static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
                  int end, float *o, int ldo) {
     const qblob *b = blob;
-    kvc_quant_wsum_fn wsum = kvc_quant_wsum();
+    kvc_quant_wsum_fn wsum = kvc_quant_wsum_k;
     if (end <= begin) return;
     for (int cg = 0; cg < b->n_tiles; cg++) {
         kvc_qtile v = v_tile(b, cg, begin, end - begin);

@@ -7,7 +7,6 @@
 #include <assert.h>
 #include <math.h>
 
-#include "base/cpu.h"
 
 #define F16_MAX 65504.0f
 

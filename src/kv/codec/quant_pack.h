@@ -107,6 +107,5 @@ void kvc_quant_register_avx512(kvc_quant_wsum_fn *f);
 
 /* The active kernel (kvc_quant_wsum_scalar until kvc_codecs_init runs). */
 extern kvc_quant_wsum_fn kvc_quant_wsum_k;
-static inline kvc_quant_wsum_fn kvc_quant_wsum(void) { return kvc_quant_wsum_k; }
 
 #endif
