@@ -19,6 +19,7 @@
 
 #include "base/cpu.h"
 #include "kv/codec/bitmap.h"
+#include "kv/codec/codec.h"
 #include "kv/codec/prune.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -227,9 +228,7 @@ static void enc_free(enc *e) {
     free(e->dense);
 }
 
-static void test_kernels_match_reference(void **state) {
-    (void)state;
-    const kvc_bitmap_kernels *kk = kvc_bitmap_kernels_get();
+static void kernels_match_reference(const kvc_bitmap_kernels *kk) {
     const int ds[] = {64, 128, 65, 100, 32, 200};
     const int ns[] = {1, 3, 4, 5, 63, 64, 67, 130};
     const double sp[] = {0.0, 0.5, 0.7, 0.9, 1.0};
@@ -293,14 +292,67 @@ static void test_kernels_match_reference(void **state) {
             }
 }
 
+static kvc_bitmap_kernels registered(void (*reg)(kvc_bitmap_kernels *)) {
+    kvc_bitmap_kernels k = kvc_bitmap_ref;
+    reg(&k);
+    return k;
+}
+
+static void test_kernels_avx2(void **state) {
+    (void)state;
+    if (kvc_active_isa() < KVC_ISA_AVX2) skip();
+    kvc_bitmap_kernels k = registered(kvc_bitmap_register_avx2);
+    kernels_match_reference(&k);
+}
+
+static void test_kernels_avx512(void **state) {
+    (void)state;
+    if (kvc_active_isa() < KVC_ISA_AVX512) skip();
+    kvc_bitmap_kernels k = registered(kvc_bitmap_register_avx512);
+    kernels_match_reference(&k);
+    /* pack: the same bits and the same f16 values as the reference */
+    float x[200];
+    uint64_t m[4], b1[4], b2[4];
+    kvc_f16 v1[200], v2[200];
+    for (int d = 1; d <= 200; d += 13)
+        for (int rep = 0; rep < 8; rep++) {
+            for (int c = 0; c < d; c++) x[c] = rep % 2 ? gauss() * 1e4f : gauss();
+            int keep = (int)(rnd() % (unsigned)(d + 1));
+            kvc_prune_topk_scalar(x, d, keep, m);
+            kvc_bitmap_pack_scalar(x, m, d, b1, v1);
+            k.pack(x, m, d, b2, v2);
+            assert_memory_equal(b1, b2, sizeof(uint64_t) * (size_t)((d + 63) / 64));
+            if (keep) assert_memory_equal(v1, v2, sizeof(kvc_f16) * (size_t)keep);
+        }
+}
+
+/* kvc_codecs_init (called by main) put this ISA's kernels in kvc_bitmap_k. */
+static void test_dispatch_follows_isa(void **state) {
+    (void)state;
+    kvc_bitmap_kernels want = kvc_bitmap_ref;
+    kvc_prune_topk_fn topk = kvc_prune_topk_scalar;
+    if (kvc_active_isa() >= KVC_ISA_AVX2) kvc_bitmap_register_avx2(&want);
+    if (kvc_active_isa() >= KVC_ISA_AVX512) {
+        kvc_bitmap_register_avx512(&want);
+        kvc_prune_register_avx512(&topk);
+    }
+    assert_ptr_equal(kvc_bitmap_k.qk, want.qk);
+    assert_ptr_equal(kvc_bitmap_k.pv, want.pv);
+    assert_ptr_equal(kvc_bitmap_k.pack, want.pack);
+    assert_ptr_equal(kvc_prune_topk_k, topk);
+}
+
 int main(void) {
+    kvc_codecs_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_keep_count),
         cmocka_unit_test(test_topk_random_and_ties),
         cmocka_unit_test(test_topk_simd_matches_reference),
         cmocka_unit_test(test_outaware_score),
         cmocka_unit_test(test_pack_roundtrip),
-        cmocka_unit_test(test_kernels_match_reference),
+        cmocka_unit_test(test_kernels_avx2),
+        cmocka_unit_test(test_kernels_avx512),
+        cmocka_unit_test(test_dispatch_follows_isa),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -147,3 +147,8 @@ void kvc_pv_bitmap_f16_avx2(const kvc_bitmap_view *v, int n, const float *p, int
         }
     }
 }
+
+void kvc_bitmap_register_avx2(kvc_bitmap_kernels *k) {
+    k->qk = kvc_qk_bitmap_f16_avx2;
+    k->pv = kvc_pv_bitmap_f16_avx2;
+}

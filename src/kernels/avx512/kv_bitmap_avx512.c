@@ -288,3 +288,11 @@ void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, uint64_
         vals += c;
     }
 }
+
+void kvc_bitmap_register_avx512(kvc_bitmap_kernels *k) {
+    k->qk = kvc_qk_bitmap_f16_avx512;
+    k->pv = kvc_pv_bitmap_f16_avx512;
+    k->pack = kvc_bitmap_pack_avx512;
+}
+
+void kvc_prune_register_avx512(kvc_prune_topk_fn *k) { *k = kvc_prune_topk_avx512; }

@@ -5,11 +5,9 @@
 #include "kv/codec/bitmap.h"
 
 #include <assert.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/cpu.h"
 #include "base/status.h"
 #include "kv/codec/prune.h"
 
@@ -81,30 +79,13 @@ void kvc_pv_bitmap_f16_scalar(const kvc_bitmap_view *v, int n, const float *p, i
     }
 }
 
-static kvc_bitmap_kernels active_kernels = {kvc_qk_bitmap_f16_scalar, kvc_pv_bitmap_f16_scalar};
-static void (*pack_fn)(const float *, const uint64_t *, int, uint64_t *, kvc_f16 *) = kvc_bitmap_pack_scalar;
-static pthread_once_t kernels_once = PTHREAD_ONCE_INIT;
-
-static void kernels_init(void) {
-    kvc_isa isa = kvc_active_isa();
-    if (isa >= KVC_ISA_AVX512) {
-        pack_fn = kvc_bitmap_pack_avx512;
-        active_kernels.qk = kvc_qk_bitmap_f16_avx512;
-        active_kernels.pv = kvc_pv_bitmap_f16_avx512;
-    } else if (isa >= KVC_ISA_AVX2) {
-        active_kernels.qk = kvc_qk_bitmap_f16_avx2;
-        active_kernels.pv = kvc_pv_bitmap_f16_avx2;
-    }
-}
-
-const kvc_bitmap_kernels *kvc_bitmap_kernels_get(void) {
-    pthread_once(&kernels_once, kernels_init);
-    return &active_kernels;
-}
+const kvc_bitmap_kernels kvc_bitmap_ref = {kvc_qk_bitmap_f16_scalar, kvc_pv_bitmap_f16_scalar,
+                                           kvc_bitmap_pack_scalar};
+kvc_bitmap_kernels kvc_bitmap_k = {kvc_qk_bitmap_f16_scalar, kvc_pv_bitmap_f16_scalar,
+                                   kvc_bitmap_pack_scalar};
 
 void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
-    pthread_once(&kernels_once, kernels_init);
-    pack_fn(x, mask, d, bits, vals);
+    kvc_bitmap_k.pack(x, mask, d, bits, vals);
 }
 
 /* ---- codec ----------------------------------------------------------------- */
@@ -167,7 +148,7 @@ static void bm_qk(const kvc_codec *c, const void *blob, const float *q, int G, i
     (void)c;
     if (end <= begin) return;
     kvc_bitmap_view v = kvc_bitmap_blob_view(blob, begin);
-    kvc_bitmap_kernels_get()->qk(&v, end - begin, q, G, ldq, s, lds);
+    kvc_bitmap_k.qk(&v, end - begin, q, G, ldq, s, lds);
 }
 
 static void bm_pv(const kvc_codec *c, const void *blob, const float *p, int G, int ldp, int begin,
@@ -175,7 +156,7 @@ static void bm_pv(const kvc_codec *c, const void *blob, const float *p, int G, i
     (void)c;
     if (end <= begin) return;
     kvc_bitmap_view v = kvc_bitmap_blob_view(blob, begin);
-    kvc_bitmap_kernels_get()->pv(&v, end - begin, p, G, ldp, o, ldo);
+    kvc_bitmap_k.pv(&v, end - begin, p, G, ldp, o, ldo);
 }
 
 static void bm_decode(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {

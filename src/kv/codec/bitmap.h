@@ -43,7 +43,7 @@ typedef struct kvc_bitmap_view {
  * values x[c] at set bits are stored as f16 in channel order. */
 void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals);
 
-/* The scalar reference of pack and its AVX-512 variant (kvc_bitmap_pack picks one). */
+/* The scalar reference of pack and its AVX-512 variant (kvc_bitmap_k.pack). */
 void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals);
 void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals);
 
@@ -87,11 +87,18 @@ extern const kvc_codec_ops kvc_codec_bitmap_f16;
 /* The tiles of tokens [begin, end) of a bitmap_f16 blob (tests, benchmarks). */
 kvc_bitmap_view kvc_bitmap_blob_view(const void *blob, int begin);
 
-/* The kernels for the active ISA (kvc_active_isa), chosen once. */
+/* The kernels in use: the scalar references until kvc_codecs_init() registers
+ * the variants of the active ISA over them (codec_registry.c). */
+typedef void (*kvc_bitmap_pack_fn)(const float *x, const uint64_t *mask, int d, uint64_t *bits,
+                                   kvc_f16 *vals);
 typedef struct kvc_bitmap_kernels {
     kvc_bitmap_qk_fn qk;
     kvc_bitmap_pv_fn pv;
+    kvc_bitmap_pack_fn pack;
 } kvc_bitmap_kernels;
-const kvc_bitmap_kernels *kvc_bitmap_kernels_get(void);
+extern kvc_bitmap_kernels kvc_bitmap_k;
+extern const kvc_bitmap_kernels kvc_bitmap_ref;
+void kvc_bitmap_register_avx2(kvc_bitmap_kernels *k);
+void kvc_bitmap_register_avx512(kvc_bitmap_kernels *k);
 
 #endif

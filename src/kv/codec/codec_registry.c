@@ -15,6 +15,7 @@
 #include "kv/codec/iquant.h"
 #include "kv/codec/packkv.h"
 #include "kv/codec/packed.h"
+#include "kv/codec/prune.h"
 #include "kv/codec/quant_pack.h"
 #include "kv/select/minmax_block.h"
 #include "kv/softmax.h"
@@ -55,6 +56,7 @@ static void init_all(void) {
         kvc_iq_register_avx2(&kvc_iq_k);
         kvc_pk_register_avx2(&kvc_pk_k);
         kvc_packed_register_avx2(&kvc_packed_k);
+        kvc_bitmap_register_avx2(&kvc_bitmap_k);
     }
     if (isa >= KVC_ISA_AVX512) { /* over AVX2: what a file does not implement stays (PackKV's packs of 8) */
         kvc_dense_register_avx512(&kvc_dense_k);
@@ -65,6 +67,8 @@ static void init_all(void) {
         kvc_iq_register_avx512(&kvc_iq_k);
         kvc_pk_register_avx512(&kvc_pk_k);
         kvc_packed_register_avx512(&kvc_packed_k);
+        kvc_bitmap_register_avx512(&kvc_bitmap_k);
+        kvc_prune_register_avx512(&kvc_prune_topk_k);
     }
 }
 

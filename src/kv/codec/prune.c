@@ -9,10 +9,8 @@
 
 #include <assert.h>
 #include <math.h>
-#include <pthread.h>
 #include <string.h>
 
-#include "base/cpu.h"
 #include "base/f16.h"
 
 int kvc_prune_keep_count(double sparsity, int d) {
@@ -83,14 +81,8 @@ void kvc_prune_accumulate_absq(const float *q, int g, int d, float *acc) {
         for (int c = 0; c < d; c++) acc[c] += fabsf(q[(size_t)h * d + c]);
 }
 
-static void (*topk_fn)(const float *, int, int, uint64_t *) = kvc_prune_topk_scalar;
-static pthread_once_t topk_once = PTHREAD_ONCE_INIT;
-
-static void topk_init(void) {
-    if (kvc_active_isa() >= KVC_ISA_AVX512) topk_fn = kvc_prune_topk_avx512;
-}
+kvc_prune_topk_fn kvc_prune_topk_k = kvc_prune_topk_scalar;
 
 void kvc_prune_topk(const float *score, int d, int keep, uint64_t *mask) {
-    pthread_once(&topk_once, topk_init);
-    topk_fn(score, d, keep, mask);
+    kvc_prune_topk_k(score, d, keep, mask);
 }
