@@ -6,7 +6,7 @@
  * - K/V appended with kvc_ctx_append_kv, then a chunk: the same logits as
  *   the prefill that produced them (full:f32);
  * - tuned with every side q<b>g<g> gives exactly kivi:bits=b,group=g's logits
- *   (prefill and decode), a mixed profile runs, and a profile for another
+ *   (prefill and decode), also both +rot, a mixed profile runs, and a profile for another
  *   layer count is refused naming both counts. */
 #include <math.h>
 #include <setjmp.h>
@@ -190,6 +190,15 @@ static void test_uniform_equals_kivi(void **state) {
         run(f, cases[i].kivi, a, STEPS);
         run(f, spec, b, STEPS);
         if (memcmp(a, b, sizeof(float) * n) != 0) fail_msg("tuned uniform != %s", cases[i].kivi);
+    }
+    /* and in the rotated space: the same streams, chunks and rotation */
+    {
+        char kivi_rot[64], spec_rot[160];
+        snprintf(kivi_rot, sizeof kivi_rot, "%s+rot:seed=4", cases[2].kivi);
+        snprintf(spec_rot, sizeof spec_rot, "%s+rot:seed=4", spec);
+        run(f, kivi_rot, a, STEPS);
+        run(f, spec_rot, b, STEPS);
+        if (memcmp(a, b, sizeof(float) * n) != 0) fail_msg("tuned uniform+rot != %s", kivi_rot);
     }
     /* a mixed profile: every layer different, K and V apart, dense sides too */
     kvc_tuned_profile *p;

@@ -85,10 +85,17 @@ static void check_matches_reference(const char *spec, int n_prefill, int n_decod
                 for (int i = 0; i < NH * D; i++) q[i] = frand() * 2.0f;
                 for (int split = 0; split <= 3; split += 3) {
                     assert_int_equal(kvc_cache_attend_opts(c, layer, q, o, split), KVC_OK);
-                    for (int h = 0; h < NKV; h++)
-                        assert_int_equal(kvc_attend_reference(kvc_cache_stream(c, layer, h), q + h * G * D, G,
-                                                              ref + h * G * D),
-                                         KVC_OK);
+                    for (int h = 0; h < NKV; h++) {
+                        kvc_stream *s = kvc_cache_stream(c, layer, h);
+                        if (!s->xf) {
+                            assert_int_equal(kvc_attend_reference(s, q + h * G * D, G, ref + h * G * D), KVC_OK);
+                            continue;
+                        }
+                        float qm[G * D], rm[G * D]; /* +rot: the reference in the stream's space */
+                        s->xf->ops->prepare_q(s->xf, q + h * G * D, G, D, qm, D);
+                        assert_int_equal(kvc_attend_reference(s, qm, G, rm), KVC_OK);
+                        s->xf->ops->finish_out(s->xf, rm, G, D, ref + h * G * D, D);
+                    }
                     expect_close(o, ref, NH * D, tol, spec);
                 }
             }
@@ -107,6 +114,8 @@ static void test_kivi_matches_reference(void **state) {
     check_matches_reference("kivi:bits=4,group=64,window=0", 500, 70, INT_TOL);
     check_matches_reference("kivi:bits=4,group=24,window=0", 500, 70, FLOAT_TOL);
     check_matches_reference("kivi:bits=1,group=16", 100, 40, INT_TOL);
+    check_matches_reference("kivi:bits=2+rot", 700, 150, INT_TOL);
+    check_matches_reference("kivi:bits=3,group=32,window=16+rot", 333, 100, FLOAT_TOL);
 }
 
 static char profile_path[64];
@@ -147,6 +156,10 @@ static void test_tuned_matches_reference(void **state) {
     snprintf(spec, sizeof spec, "tuned:profile=%s", profile_path);
     check_matches_reference(spec, 600, 200, INT_TOL); /* integer kernels for 1/2/4 bits, groups of 16k */
     snprintf(spec, sizeof spec, "tuned:profile=%s,window=0,hot=f32", profile_path);
+    check_matches_reference(spec, 300, 100, INT_TOL);
+    snprintf(spec, sizeof spec, "tuned:profile=%s+rot", profile_path);
+    check_matches_reference(spec, 600, 200, INT_TOL);
+    snprintf(spec, sizeof spec, "tuned:profile=%s,window=0,hot=f32+rot:seed=5", profile_path);
     check_matches_reference(spec, 300, 100, INT_TOL);
     unlink(profile_path);
 }

@@ -19,6 +19,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -27,6 +29,7 @@
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
 #include "kv/method/method.h"
+#include "kv/method/tuned_profile.h"
 #include "kv/synth.h"
 #include "kv/xform/hadamard.h"
 #include "expect_close.h"
@@ -152,38 +155,73 @@ static void run_pair(const char *plain, const char *rotated, int d, double tol) 
     kvc_pool_free(pool);
 }
 
+/* A tuned profile for the NL layers of these caches, written to a temporary
+ * file whose name goes to *path (the caller unlinks it). */
+static void save_profile(kvc_tuned_codec k0, kvc_tuned_codec v0, kvc_tuned_codec k1, kvc_tuned_codec v1,
+                         char *path, size_t size) {
+    kvc_tuned_profile *p;
+    assert_int_equal(kvc_tuned_profile_uniform(NL, k0, &p), KVC_OK);
+    p->layer[0].k = k0, p->layer[0].v = v0, p->layer[1].k = k1, p->layer[1].v = v1;
+    snprintf(path, size, "/tmp/kvc_test_rot_%d.tuned", (int)getpid());
+    if (kvc_tuned_profile_save(p, path) != KVC_OK) fail_msg("%s", kvc_last_error());
+    kvc_tuned_profile_free(p);
+}
+
 static void test_rotated_f32_cache_is_exact(void **state) {
     (void)state;
     run_pair("full:f32", "full:f32+rot", 64, 2e-5);
     run_pair("full:f32", "full:f32+rot:seed=9", 96, 2e-5); /* block-diagonal 64 + 32 */
+    /* tuned with every side f32 and an f32 window: lossless, so +rot is exact too */
+    char path[64], plain[160], rotated[160];
+    const kvc_tuned_codec f32 = {32, 0};
+    save_profile(f32, f32, f32, f32, path, sizeof path);
+    snprintf(plain, sizeof plain, "tuned:profile=%s,hot=f32", path);
+    snprintf(rotated, sizeof rotated, "tuned:profile=%s,hot=f32+rot", path);
+    run_pair(plain, rotated, 64, 2e-5);
+    run_pair(plain, rotated, 96, 2e-5);
+    unlink(path);
 }
 
 /* A lossy codec in the rotated space: decode attention still equals the
  * double reference over what the streams store (in their space, with the
  * query mapped), so the driver, the maps and the codecs agree. */
-static void test_rotated_quantized_matches_reference(void **state) {
-    (void)state;
-    int d = 64, n = 300;
-    kvc_cache *c = make("kivi:bits=3+rot", d, n + 1, NULL);
+static void check_rotated_reference(const char *spec, int d, int n, int layer) {
+    kvc_cache *c = make(spec, d, n + 1, NULL);
     float *k = malloc(sizeof(float) * n * NKV * d), *v = malloc(sizeof(float) * n * NKV * d);
-    float q[NH * 64], out[NH * 64], ref[G * 64], qm[G * 64], tmp[G * 64];
+    float q[NH * 128], out[NH * 128], ref[G * 128], qm[G * 128], tmp[G * 128];
     kvc_synth_kv(NKV, d, 0, n, 8, k, v);
     rng = 4;
     for (int i = 0; i < NH * d; i++) q[i] = frand();
-    assert_int_equal(kvc_cache_load(c, 0, n, k, v), KVC_OK);
-    assert_int_equal(kvc_cache_attend(c, 0, q, out), KVC_OK);
+    assert_int_equal(kvc_cache_load(c, layer, n, k, v), KVC_OK);
+    assert_int_equal(kvc_cache_attend(c, layer, q, out), KVC_OK);
     for (int h = 0; h < NKV; h++) {
-        kvc_stream *s = kvc_cache_stream(c, 0, h);
+        kvc_stream *s = kvc_cache_stream(c, layer, h);
         assert_non_null(s->xf);
         assert_true(s->n_chunks > 0);
         s->xf->ops->prepare_q(s->xf, q + h * G * d, G, d, qm, d);
         assert_int_equal(kvc_attend_reference(s, qm, G, tmp), KVC_OK);
         s->xf->ops->finish_out(s->xf, tmp, G, d, ref, d);
-        expect_close(out + h * G * d, ref, (size_t)G * d, 2e-5, "kivi:bits=3+rot vs reference");
+        expect_close(out + h * G * d, ref, (size_t)G * d, 2e-5, spec);
     }
     free(k);
     free(v);
     kvc_cache_free(c);
+}
+
+static void test_rotated_quantized_matches_reference(void **state) {
+    (void)state;
+    check_rotated_reference("kivi:bits=3+rot", 64, 300, 0);
+    /* tuned: float-kernel codecs (3 bits, and groups that are not multiples of
+     * 16) per layer and side, dense sides too, head dims 64 and 96 */
+    char path[64], spec[160];
+    save_profile((kvc_tuned_codec){3, 16}, (kvc_tuned_codec){16, 0}, (kvc_tuned_codec){32, 0},
+                 (kvc_tuned_codec){3, 32}, path, sizeof path);
+    snprintf(spec, sizeof spec, "tuned:profile=%s+rot", path);
+    for (int d = 64; d <= 96; d += 32)
+        for (int layer = 0; layer < NL; layer++) check_rotated_reference(spec, d, 300, layer);
+    snprintf(spec, sizeof spec, "tuned:profile=%s,window=0,hot=f32+rot:seed=3", path);
+    check_rotated_reference(spec, 64, 257, 0);
+    unlink(path);
 }
 
 static void expect_refused(const char *spec, const char *needle) {
@@ -197,7 +235,7 @@ static void test_spec(void **state) {
     (void)state;
     const char *ok[] = {"kivi:bits=2+rot", "kivi:bits=4+rot:seed=7", "kvmix:profile=" KVC_SOURCE_DIR "/profiles/smollm2.kvmix+rot", "mustafar+kivi:bits=2+rot",
                         "mustafar:k=0.5,v=0.5+h2o:0.5+rot", "packkv+rot", "think:0.5+rot", "full:f32+rot:3",
-                        "packkv+h2o+rot"};
+                        "packkv+h2o+rot", "tuned:profile=" KVC_SOURCE_DIR "/profiles/smollm2-b3.tuned+rot"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         kvc_spec s;
         if (kvc_spec_parse(ok[i], &s) != KVC_OK) fail_msg("'%s': %s", ok[i], kvc_last_error());

@@ -139,6 +139,8 @@ static kvc_status tuned_build_chunk(void *state, kvc_stream *s, void *sstate, co
     return KVC_OK;
 }
 
+static const char *const tuned_stacks[] = {"rot", NULL};
+
 const kvc_method kvc_method_tuned = {
     .name = "tuned",
     .summary = "a codec per layer and K/V side (dense, or KIVI at 1-4 bits and any group) from `kvcomp tune`",
@@ -149,6 +151,7 @@ const kvc_method kvc_method_tuned = {
     .positional = 0,
     .cfg_size = sizeof(tuned_cfg),
     .check = tuned_check,
+    .stacks_with = tuned_stacks,
     .ops = {
         .create = tuned_create,
         .destroy = tuned_destroy,
