@@ -27,6 +27,7 @@ typedef struct kvc_tune_params {
     int window;             /* tuned's dense window (tokens); < 0: 32 */
     int n_threads, n_batch; /* <= 0: one per CPU, 512 */
     const char *source;     /* label written into the profile (the text's file name); may be NULL */
+    int rot;                /* != 0: probes in rot's space (+rot, seed 1): a profile for tuned:...+rot */
 } kvc_tune_params;
 
 /* The default candidates. */

@@ -15,7 +15,7 @@
 static const char k_usage[] =
     "usage: kvcomp tune [-m MODEL] [--text FILE] -o FILE (--budget BITS | --budget-bytes B)\n"
     "                   [--ctx 1024] [--cont 64] [--offset 0] [--candidates LIST]\n"
-    "                   [--window 32] [-t N] [-b 512] [--json]\n\n"
+    "                   [--window 32] [--rot] [-t N] [-b 512] [--json]\n\n"
     "Per-layer, per-K/V codecs for a budget. The exact cache prefills --ctx tokens of --text\n"
     "(from token --offset) once and saves their K/V; then for every layer, side (K, V) and\n"
     "candidate codec a cache compressing only that side gets the saved K/V, the next --cont\n"
@@ -25,7 +25,8 @@ static const char k_usage[] =
     "--budget-bytes per token of context over all layers; a comma list of budgets writes one\n"
     "profile per budget (FILE with -<budget> before its extension) from one pass. Candidates: comma list of f32, f16,\n"
     "q<bits>g<group> (KIVI quantization; default " KVC_TUNE_CANDIDATES ").\n"
-    "Writes FILE for --kv tuned:profile=FILE and prints the sensitivity table.\n";
+    "Writes FILE for --kv tuned:profile=FILE and prints the sensitivity table. With --rot the\n"
+    "probes run in rot's space (+rot, seed 1): the profile is for --kv tuned:profile=FILE+rot.\n";
 
 enum { MAX_BUDGETS = 16 };
 
@@ -64,6 +65,7 @@ int kvc_cli_tune(int argc, char **argv) {
         KVC_INT_OPT(NULL, "--window", &p.window, 0, 1 << 20),
         KVC_INT_OPT("-t", "--threads", &p.n_threads, 1, KVC_MAX_THREADS),
         KVC_INT_OPT("-b", "--batch", &p.n_batch, 1, 65536),
+        KVC_SWITCH_OPT("--rot", &p.rot),
         KVC_SWITCH_OPT("--json", &json),
     };
     int rc = kvc_opts_parse("tune", KVC_OPTS(opts), argc, argv, NULL, 0, NULL);

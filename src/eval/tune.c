@@ -161,8 +161,9 @@ static kvc_status reference(tune_run *r) {
 /* Mean KL over the scored tokens of a tuned cache with profile prof. */
 static kvc_status probe(tune_run *r, const kvc_tuned_profile *prof, double *kl) {
     KVC_TRY(kvc_tuned_profile_save(prof, r->path));
-    char spec[160];
-    snprintf(spec, sizeof spec, "tuned:profile=%s,window=%d,hot=f32", r->path, r->p->window);
+    char spec[192];
+    snprintf(spec, sizeof spec, "tuned:profile=%s,window=%d,hot=f32%s", r->path, r->p->window,
+             r->p->rot ? "+rot" : "");
     kvc_ctx *ctx;
     KVC_TRY(make_ctx(r, spec, &ctx));
     kvc_status st = kvc_ctx_append_kv(ctx, r->ctx_tok, r->p->n_ctx, r->kv.k, r->kv.v);
@@ -357,9 +358,10 @@ static kvc_status write_pick(const tune_run *r, const tune_result *t, tune_pick 
     }
     snprintf(prof->model, sizeof prof->model, "%s", r->info.name);
     snprintf(prof->source, sizeof prof->source,
-             "%s tokens %d-%d (%d+%d), budget %g bits/el, predicted KL %.4g",
+             "%s tokens %d-%d (%d+%d),%s budget %g bits/el, predicted KL %.4g",
              r->p->source ? r->p->source : "text", r->p->offset,
-             r->p->offset + r->p->n_ctx + r->p->n_cont - 1, r->p->n_ctx, r->p->n_cont, pk->budget,
+             r->p->offset + r->p->n_ctx + r->p->n_cont - 1, r->p->n_ctx, r->p->n_cont,
+             r->p->rot ? " probed +rot (run with tuned:...+rot)," : "", pk->budget,
              pk->predicted);
     kvc_status st = kvc_tuned_profile_save(prof, pk->path);
     kvc_tuned_profile_free(prof);
