@@ -158,7 +158,7 @@ static void check_pv(const kcase *k, void *vb) {
 }
 
 static void run_case(const kcase *k) {
-    kvc_quant_cfg cfg = {.bits = k->bits, .group = k->group};
+    kvc_quant_cfg cfg = {k->bits, k->group};
     kvc_codec kc, vc;
     kvc_quant_codecs(&cfg, k->dim, &kc, &vc);
     assert_ptr_equal(kc.ops, &kvc_codec_iq_k);
@@ -245,7 +245,7 @@ static void test_every_gqa_group(void **state) {
 
 static void test_unsupported_falls_back(void **state) {
     (void)state;
-    kvc_quant_cfg c3 = {.bits = 3, .group = 32}, g8 = {.bits = 4, .group = 8}, ok = {.bits = 4, .group = 32};
+    kvc_quant_cfg c3 = {3, 32}, g8 = {4, 8}, ok = {4, 32};
     kvc_codec k, v;
     kvc_quant_codecs(&c3, 64, &k, &v);
     assert_ptr_equal(k.ops, &kvc_codec_quant_k);

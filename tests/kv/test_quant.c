@@ -1,9 +1,8 @@
 /* Quant codec math (src/kv/codec/quant_pack.c): bit packing at 1-4 bits is
  * exact (3 bits: 11 values per word, the eleventh 2 bits wide); every bit width
  * round-trips within its quantization bound; constant rows and extreme values
- * are handled; non-uniform 2-bit levels code each value to its nearest level;
- * the AVX2 and AVX-512 fused kernels agree with the scalar reference (uniform
- * and non-uniform levels), which agrees with decode-then-dot in double.
+ * are handled; the AVX2 and AVX-512 fused kernels agree with the scalar
+ * reference, which agrees with decode-then-dot in double.
  *
  * Error budgets:
  *  - round trip: |x - x^| <= scale/2 * (1 + 1e-5) + 1e-6 * |x| for a code not
@@ -107,7 +106,7 @@ static void check_roundtrip(const float *x, int rows, int n, int bits) {
     uint32_t *words = malloc(sizeof(uint32_t) * rows * wpr);
     float *y = malloc(sizeof(float) * rows * n);
     kvc_quant_encode(x, n, 1, rows, n, bits, mins, scales, words);
-    kvc_qtile t = {mins, scales, words, rows, n, bits, NULL};
+    kvc_qtile t = {mins, scales, words, rows, n, bits};
     kvc_quant_decode(&t, y, n);
     uint8_t codes[KVC_QUANT_MAX_N];
     for (int r = 0; r < rows; r++) {
@@ -175,7 +174,7 @@ static void test_constant_row_is_exact_or_tiny(void **state) {
     for (int bits = 1; bits <= 4; bits++) {
         kvc_quant_encode(x, 32, 1, 1, 32, bits, &mn, &sc, w);
         float y[32];
-        kvc_qtile t = {&mn, &sc, w, 1, 32, bits, NULL};
+        kvc_qtile t = {&mn, &sc, w, 1, 32, bits};
         kvc_quant_decode(&t, y, 32);
         for (int i = 0; i < 32; i++) assert_true(fabsf(y[i] - 0.1f) < 1e-4f);
         for (int i = 0; i < 32; i++) x[i] = 0.0f;
@@ -217,7 +216,7 @@ static void test_nan_and_huge_values(void **state) {
     for (int bits = 1; bits <= 4; bits++) {
         kvc_quant_encode(x, 16, 1, 1, 16, bits, &mn, &sc, w);
         float y[16];
-        kvc_qtile t = {&mn, &sc, w, 1, 16, bits, NULL};
+        kvc_qtile t = {&mn, &sc, w, 1, 16, bits};
         kvc_quant_decode(&t, y, 16);
         for (int i = 0; i < 16; i++) assert_true(isfinite(y[i]));
         /* clipped to the f16 range: the top code, and -65504 */
@@ -234,14 +233,13 @@ static void ref_double(const kvc_qtile *t, const float *w, int i, double *val, d
     for (int r = 0; r < t->rows; r++) {
         kvc_quant_unpack(t->bits, t->words + (size_t)r * wpr, t->n, codes);
         double s = kvc_f16_to_f32(t->scales[r]), m = kvc_f16_to_f32(t->mins[r]);
-        double c = t->lut ? t->lut[codes[i]] : codes[i];
-        *val += (double)w[r] * (c * s + m);
-        *mag += fabs((double)w[r]) * (fabs(c * s) + fabs(m));
+        *val += (double)w[r] * (codes[i] * s + m);
+        *mag += fabs((double)w[r]) * (fabs(codes[i] * s) + fabs(m));
     }
 }
 
 static void run_kernel_case(kvc_quant_wsum_fn fn, const char *name, int bits, int rows, int n,
-                            int nw, int kind, const float *lut) {
+                            int nw, int kind) {
     int wpr = kvc_quant_words(bits, n);
     float *x = malloc(sizeof(float) * rows * n);
     for (int i = 0; i < rows * n; i++) {
@@ -254,8 +252,8 @@ static void run_kernel_case(kvc_quant_wsum_fn fn, const char *name, int bits, in
     }
     kvc_f16 *mins = malloc(sizeof(kvc_f16) * rows), *scales = malloc(sizeof(kvc_f16) * rows);
     uint32_t *words = malloc(sizeof(uint32_t) * rows * wpr);
-    kvc_quant_encode_lut(x, n, 1, rows, n, bits, lut, mins, scales, words);
-    kvc_qtile t = {mins, scales, words, rows, n, bits, lut};
+    kvc_quant_encode(x, n, 1, rows, n, bits, mins, scales, words);
+    kvc_qtile t = {mins, scales, words, rows, n, bits};
     int ldw = rows + 3, ldo = n + 5;
     float *w = malloc(sizeof(float) * nw * ldw);
     for (int i = 0; i < nw * ldw; i++) w[i] = kind == 1 ? 0.0f : gauss();
@@ -277,9 +275,9 @@ static void run_kernel_case(kvc_quant_wsum_fn fn, const char *name, int bits, in
             double budget = 2e-6 * mag * (1.0 + rows / 64.0) + 1e-6;
             double want = val + o_init[h * ldo + i];
             if (fabs(o_ref[h * ldo + i] - want) > budget || fabs(o_k[h * ldo + i] - want) > budget)
-                fail_msg("%s bits %d lut %d rows %d n %d nw %d kind %d h %d i %d: scalar %.9g kernel %.9g "
+                fail_msg("%s bits %d rows %d n %d nw %d kind %d h %d i %d: scalar %.9g kernel %.9g "
                          "double %.9g budget %g",
-                         name, bits, lut != NULL, rows, n, nw, kind, h, i, o_ref[h * ldo + i], o_k[h * ldo + i],
+                         name, bits, rows, n, nw, kind, h, i, o_ref[h * ldo + i], o_k[h * ldo + i],
                          want, budget);
         }
     }
@@ -293,59 +291,15 @@ static void run_kernel_case(kvc_quant_wsum_fn fn, const char *name, int bits, in
     free(o_init);
 }
 
-/* Non-uniform 2-bit levels (units of the scale; tables of KVC_QUANT_LUT):
- * the ends kept at 0 and 3, and all four inside. */
-static const float LUT_ENDS[KVC_QUANT_LUT] = {0.0f, 1.2f, 1.8f, 3.0f, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
-static const float LUT_FREE[KVC_QUANT_LUT] = {0.3f, 1.25f, 1.75f, 2.7f, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3};
-
 static void run_kernel(kvc_quant_wsum_fn fn, const char *name) {
     int ns[] = {1, 5, 8, 11, 16, 17, 31, 32, 33, 48, 64, 100, 128};
     int rowss[] = {1, 3, 64, 100};
-    const float *luts[] = {NULL, LUT_ENDS, LUT_FREE};
     for (int bits = 1; bits <= 4; bits++)
-        for (int l = 0; l < (bits == 2 ? 3 : 1); l++)
-            for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
-                for (size_t b = 0; b < sizeof rowss / sizeof rowss[0]; b++)
-                    for (int nw = 1; nw <= 9; nw += (nw < 5 ? 1 : 4))
-                        for (int kind = 0; kind < 4; kind++)
-                            run_kernel_case(fn, name, bits, rowss[b], ns[a], nw, kind, luts[l]);
-}
-
-/* With a level table every value decodes to min + scale * lut[c] for the
- * level c nearest to it: no other level of its row is closer (up to f32
- * rounding); the min and max decode exactly when the table keeps the ends. */
-static void test_levels_nearest(void **state) {
-    (void)state;
-    enum { ROWS = 40, N = 32 };
-    float x[ROWS * N], y[ROWS * N];
-    kvc_f16 mins[ROWS], scales[ROWS];
-    uint32_t words[ROWS * 2];
-    const float *luts[] = {LUT_ENDS, LUT_FREE};
-    for (int l = 0; l < 2; l++)
-        for (int kind = 0; kind < 3; kind++) {
-            for (int i = 0; i < ROWS * N; i++)
-                x[i] = kind == 0 ? gauss() : kind == 1 ? (rnd() % 11 == 0 ? 50.0f * frand() : gauss()) : 7.0f;
-            kvc_quant_encode_lut(x, N, 1, ROWS, N, 2, luts[l], mins, scales, words);
-            kvc_qtile t = {mins, scales, words, ROWS, N, 2, luts[l]};
-            kvc_quant_decode(&t, y, N);
-            for (int r = 0; r < ROWS; r++) {
-                float m = kvc_f16_to_f32(mins[r]), s = kvc_f16_to_f32(scales[r]);
-                float mn = INFINITY, mx = -INFINITY;
-                for (int i = 0; i < N; i++) mn = fminf(mn, x[r * N + i]), mx = fmaxf(mx, x[r * N + i]);
-                for (int i = 0; i < N; i++) {
-                    float v = x[r * N + i], e = fabsf(v - y[r * N + i]);
-                    if (s == 0.0f) { /* constant row: the min (rounded down to f16) */
-                        assert_true(y[r * N + i] == m);
-                        continue;
-                    }
-                    for (int c = 0; c < 4; c++)
-                        if (e > fabsf(v - (m + s * luts[l][c])) + 1e-5f * (fabsf(v) + s))
-                            fail_msg("lut %d row %d value %g decodes to %g, level %d (%g) is nearer", l, r, v,
-                                     y[r * N + i], c, m + s * luts[l][c]);
-                    if (l == 0 && (v == mn || v == mx)) assert_true(e <= 0.5f * s + 1e-6f * fabsf(v));
-                }
-            }
-        }
+        for (size_t a = 0; a < sizeof ns / sizeof ns[0]; a++)
+            for (size_t b = 0; b < sizeof rowss / sizeof rowss[0]; b++)
+                for (int nw = 1; nw <= 9; nw += (nw < 5 ? 1 : 4))
+                    for (int kind = 0; kind < 4; kind++)
+                        run_kernel_case(fn, name, bits, rowss[b], ns[a], nw, kind);
 }
 
 static void test_kernel_scalar_vs_double(void **state) {
@@ -391,7 +345,6 @@ int main(void) {
         cmocka_unit_test(test_constant_row_is_exact_or_tiny),
         cmocka_unit_test(test_strided_encode_matches_transposed),
         cmocka_unit_test(test_nan_and_huge_values),
-        cmocka_unit_test(test_levels_nearest),
         cmocka_unit_test(test_kernel_scalar_vs_double),
         cmocka_unit_test(test_kernel_avx2),
         cmocka_unit_test(test_kernel_avx512),

@@ -115,9 +115,6 @@ static void test_kivi_matches_reference(void **state) {
     check_matches_reference("kivi:bits=4,group=24,window=0", 500, 70, FLOAT_TOL);
     check_matches_reference("kivi:bits=1,group=16", 100, 40, INT_TOL);
     check_matches_reference("kivi:bits=2+rot", 700, 150, INT_TOL);
-    /* non-uniform levels: the float codecs with a level table */
-    check_matches_reference("kivi:bits=2,lk=0/0.4/0.6/1,lv=0.1/0.4/0.6/0.9", 400, 100, FLOAT_TOL);
-    check_matches_reference("kivi:bits=2,group=24,lv=0/0.38/0.62/1+rot", 300, 60, FLOAT_TOL);
     check_matches_reference("kivi:bits=3,group=32,window=16+rot", 333, 100, FLOAT_TOL);
 }
 
@@ -300,21 +297,6 @@ static void test_bad_specs_and_profiles(void **state) {
     assert_non_null(strstr(kvc_last_error(), "bits"));
     assert_int_equal(kvc_cache_create(&sh, "kivi:group=0", NULL, &c), KVC_ERR_ARG);
     assert_int_equal(kvc_cache_create(&sh, "kivi:foo=1", NULL, &c), KVC_ERR_ARG);
-    static const struct {
-        const char *spec, *msg;
-    } bad_levels[] = {
-        {"kivi:bits=4,lk=0/0.4/0.6/1", "lk needs bits=2"},
-        {"kivi:lv=0/0.5/1", "not four levels"},
-        {"kivi:lk=0/0.4/0.6/1/1", "not four levels"},
-        {"kivi:lk=0/0.6/0.4/1", "key level 2 = 1.2 not ascending"},
-        {"kivi:lv=-0.1/0.4/0.6/1", "value level 0"},
-        {"kivi:lv=0/0.4/0.6/1.5", "value level 3"},
-    };
-    for (size_t i = 0; i < sizeof bad_levels / sizeof bad_levels[0]; i++) {
-        assert_int_equal(kvc_cache_create(&sh, bad_levels[i].spec, NULL, &c), KVC_ERR_ARG);
-        if (!strstr(kvc_last_error(), bad_levels[i].msg))
-            fail_msg("%s: '%s' lacks '%s'", bad_levels[i].spec, kvc_last_error(), bad_levels[i].msg);
-    }
     assert_int_equal(kvc_cache_create(&sh, "kvmix", NULL, &c), KVC_ERR_ARG);
     assert_non_null(strstr(kvc_last_error(), "profile=PATH is required"));
     assert_int_equal(kvc_cache_create(&sh, "kvmix:profile=/nonexistent.kvmix", NULL, &c), KVC_ERR_IO);

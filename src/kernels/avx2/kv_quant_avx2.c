@@ -38,13 +38,11 @@ static slice make_slice(int bits, int n, int j0) {
     return s;
 }
 
-/* Codes to floats: the code itself, or its level through an 8-entry table
- * (non-uniform levels, 2 bits only: quant_pack.h "Levels"). */
-static inline __m256 unpack(const uint32_t *row, const slice *s, __m256i mask, int use_lut, __m256 lut) {
+static inline __m256 unpack(const uint32_t *row, const slice *s, __m256i mask) {
     __m256i w = _mm256_maskload_epi32((const int *)(row + s->base), s->load);
     __m256i c = _mm256_permutevar8x32_epi32(w, s->idx);
     c = _mm256_and_si256(_mm256_srlv_epi32(c, s->shift), mask);
-    return use_lut ? _mm256_permutevar8x32_ps(lut, c) : _mm256_cvtepi32_ps(c);
+    return _mm256_cvtepi32_ps(c);
 }
 
 static inline void add_out(float *o, __m256 v, int lanes) {
@@ -67,8 +65,6 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
                                                         int j0, const int NH) {
     int wpr = kvc_quant_words(t->bits, t->n);
     __m256i mask = _mm256_set1_epi32((1 << t->bits) - 1);
-    const int use_lut = t->lut != NULL; /* only with bits <= 3: codes < 8 */
-    const __m256 lut = use_lut ? _mm256_loadu_ps(t->lut) : _mm256_setzero_ps();
     slice s0 = make_slice(t->bits, t->n, j0), s1 = make_slice(t->bits, t->n, j0 + 8);
     int two = s1.lanes != 0;
     __m256 a0[4], a1[4], msv[4];
@@ -100,8 +96,8 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
         const uint32_t *row = t->words + (size_t)r0 * wpr;
         for (int r = 0; r < nr; r++, row += wpr) {
             _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0); /* see the AVX-512 kernel */
-            __m256 c0 = unpack(row, &s0, mask, use_lut, lut);
-            __m256 c1 = two ? unpack(row, &s1, mask, use_lut, lut) : _mm256_setzero_ps();
+            __m256 c0 = unpack(row, &s0, mask);
+            __m256 c1 = two ? unpack(row, &s1, mask) : _mm256_setzero_ps();
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
                 __m256 wr = _mm256_set1_ps(ws[h][r]);

@@ -45,12 +45,10 @@ static inline slice make_slice(int bits, int n, int j0) {
     return s;
 }
 
-/* Codes to floats: the code itself, or its level through the 16-entry table
- * (non-uniform levels: quant_pack.h "Levels"). */
-static inline __m512 unpack(__m512i w, const slice *s, __m512i mask, int use_lut, __m512 lut) {
+static inline __m512 unpack(__m512i w, const slice *s, __m512i mask) {
     __m512i c = _mm512_permutexvar_epi32(s->idx, w);
     c = _mm512_and_si512(_mm512_srlv_epi32(c, s->shift), mask);
-    return use_lut ? _mm512_permutexvar_ps(c, lut) : _mm512_cvtepi32_ps(c);
+    return _mm512_cvtepi32_ps(c);
 }
 
 enum { ROWS = 64 }; /* rows whose weights are prepared at once */
@@ -65,8 +63,6 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
     int wpr = kvc_quant_words(t->bits, t->n);
     __mmask16 load = (__mmask16)((1u << wpr) - 1);
     __m512i mask = _mm512_set1_epi32((1 << t->bits) - 1);
-    const int use_lut = t->lut != NULL;
-    const __m512 lut = use_lut ? _mm512_loadu_ps(t->lut) : _mm512_setzero_ps();
     slice s0 = make_slice(t->bits, t->n, j0), s1 = make_slice(t->bits, t->n, j0 + 16);
     int two = s1.lanes != 0;
     __m512 a0[4], a1[4], msv[4];
@@ -96,8 +92,8 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
              * the hardware prefetcher does not pick up in time */
             _mm_prefetch((const char *)row + PF_AHEAD, _MM_HINT_T0);
             __m512i wd = _mm512_maskz_loadu_epi32(load, row);
-            __m512 c0 = unpack(wd, &s0, mask, use_lut, lut);
-            __m512 c1 = two ? unpack(wd, &s1, mask, use_lut, lut) : _mm512_setzero_ps();
+            __m512 c0 = unpack(wd, &s0, mask);
+            __m512 c1 = two ? unpack(wd, &s1, mask) : _mm512_setzero_ps();
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
                 __m512 wr = _mm512_set1_ps(ws[h][r]);

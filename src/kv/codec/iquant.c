@@ -26,7 +26,7 @@ static const kvc_quant_cfg *cfg_of(const kvc_codec *c) { return (const kvc_quant
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 int kvc_iq_supports(const kvc_quant_cfg *cfg, int dim) {
-    return cfg && !cfg->lut_k && !cfg->lut_v && (cfg->bits == 1 || cfg->bits == 2 || cfg->bits == 4) && cfg->group % 16 == 0 &&
+    return cfg && (cfg->bits == 1 || cfg->bits == 2 || cfg->bits == 4) && cfg->group % 16 == 0 &&
            cfg->group > 0 && cfg->group <= KVC_QUANT_MAX_N && dim > 0 && dim % 16 == 0 &&
            dim <= MAX_DIM;
 }

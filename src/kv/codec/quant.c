@@ -25,14 +25,6 @@ kvc_status kvc_quant_cfg_check(const kvc_quant_cfg *cfg) {
               "quant codec: bits %d not supported (1, 2, 3 or 4)", cfg->bits);
     KVC_CHECK(cfg->group >= 1 && cfg->group <= KVC_QUANT_MAX_N, KVC_ERR_ARG,
               "quant codec: group %d out of range [1, %d]", cfg->group, KVC_QUANT_MAX_N);
-    for (int side = 0; side < 2; side++) {
-        const float *l = side ? cfg->lut_v : cfg->lut_k;
-        if (!l) continue;
-        KVC_CHECK(cfg->bits == 2, KVC_ERR_ARG, "quant codec: non-uniform levels at %d bits (2 bits only)", cfg->bits);
-        for (int c = 0; c < 4; c++)
-            KVC_CHECK(l[c] >= 0.0f && l[c] <= 3.0f && (c == 0 || l[c] > l[c - 1]), KVC_ERR_ARG,
-                      "quant codec: %s level %d = %g not ascending within [0, 3]", side ? "value" : "key", c, l[c]);
-    }
     return KVC_OK;
 }
 
@@ -44,12 +36,12 @@ static size_t k_tile_bytes(int bits, int dim, int tn) {
     return (size_t)dim * 4 + (size_t)dim * 4 * kvc_quant_words(bits, tn);
 }
 
-static kvc_qtile k_tile(const qblob *b, int t, const float *lut) {
+static kvc_qtile k_tile(const qblob *b, int t) {
     const uint8_t *base = b->data + (size_t)t * k_tile_bytes(b->bits, b->dim, b->group);
     int tn = b->n - t * b->group;
     if (tn > b->group) tn = b->group;
     kvc_qtile v = {(const kvc_f16 *)base, (const kvc_f16 *)(base + (size_t)b->dim * 2),
-                   (const uint32_t *)(base + (size_t)b->dim * 4), b->dim, tn, b->bits, lut};
+                   (const uint32_t *)(base + (size_t)b->dim * 4), b->dim, tn, b->bits};
     return v;
 }
 
@@ -79,10 +71,10 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
     b->pad = 0;
     b->n_tiles = (n + q->group - 1) / q->group;
     for (int t = 0; t < b->n_tiles; t++) {
-        kvc_qtile v = k_tile(b, t, q->lut_k);
+        kvc_qtile v = k_tile(b, t);
         /* row = channel (stride 1), values = the tile's tokens (stride ld) */
-        kvc_quant_encode_lut(x + (size_t)t * q->group * ld, 1, ld, c->dim, v.n, q->bits, q->lut_k,
-                             (kvc_f16 *)v.mins, (kvc_f16 *)v.scales, (uint32_t *)v.words);
+        kvc_quant_encode(x + (size_t)t * q->group * ld, 1, ld, c->dim, v.n, q->bits,
+                         (kvc_f16 *)v.mins, (kvc_f16 *)v.scales, (uint32_t *)v.words);
     }
     *blob = b;
     return KVC_OK;
@@ -97,7 +89,7 @@ static void qk_k(const kvc_codec *c, const void *blob, const float *q, int G, in
     float tmp[HEAD_CHUNK * KVC_QUANT_MAX_N];
     for (int t0 = begin; t0 < end;) {
         int tile = t0 / b->group, tb = tile * b->group;
-        kvc_qtile v = k_tile(b, tile, cfg_of(c)->lut_k);
+        kvc_qtile v = k_tile(b, tile);
         int te = end < tb + v.n ? end : tb + v.n;
         for (int h0 = 0; h0 < G; h0 += HEAD_CHUNK) {
             int nh = G - h0 < HEAD_CHUNK ? G - h0 : HEAD_CHUNK;
@@ -123,7 +115,7 @@ static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, f
     if (!tmp) return; /* decode is reference-only; callers check counts */
     for (int t0 = begin; t0 < end;) {
         int tile = t0 / b->group, tb = tile * b->group;
-        kvc_qtile v = k_tile(b, tile, cfg_of(c)->lut_k);
+        kvc_qtile v = k_tile(b, tile);
         int te = end < tb + v.n ? end : tb + v.n;
         kvc_quant_decode(&v, tmp, KVC_QUANT_MAX_N); /* [channel][token] */
         for (int t = t0; t < te; t++)
@@ -136,7 +128,7 @@ static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, f
 
 static void bytes_k(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     const qblob *b = blob;
-    kvc_quant_cfg q = {.bits = b->bits, .group = b->group};
+    kvc_quant_cfg q = {b->bits, b->group};
     kvc_quant_k_bytes(&q, b->dim, b->n, payload, meta);
 }
 
@@ -165,13 +157,13 @@ static size_t v_region_bytes(int bits, int n, int cw) {
 }
 
 /* Rows [row0, row0+rows) of channel group cg. */
-static kvc_qtile v_tile(const qblob *b, int cg, int row0, int rows, const float *lut) {
+static kvc_qtile v_tile(const qblob *b, int cg, int row0, int rows) {
     const uint8_t *base = b->data;
     for (int i = 0; i < cg; i++) base += v_region_bytes(b->bits, b->n, v_channels(b, i));
     int cw = v_channels(b, cg), wpr = kvc_quant_words(b->bits, cw);
     kvc_qtile v = {(const kvc_f16 *)base + row0, (const kvc_f16 *)(base + (size_t)b->n * 2) + row0,
                    (const uint32_t *)(base + (size_t)b->n * 4) + (size_t)row0 * wpr, rows, cw,
-                   b->bits, lut};
+                   b->bits};
     return v;
 }
 
@@ -201,10 +193,10 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
     b->pad = 0;
     b->n_tiles = (c->dim + q->group - 1) / q->group;
     for (int cg = 0; cg < b->n_tiles; cg++) {
-        kvc_qtile v = v_tile(b, cg, 0, n, q->lut_v);
+        kvc_qtile v = v_tile(b, cg, 0, n);
         /* row = token (stride ld), values = the group's channels (stride 1) */
-        kvc_quant_encode_lut(x + (size_t)cg * q->group, ld, 1, n, v.n, q->bits, q->lut_v, (kvc_f16 *)v.mins,
-                             (kvc_f16 *)v.scales, (uint32_t *)v.words);
+        kvc_quant_encode(x + (size_t)cg * q->group, ld, 1, n, v.n, q->bits, (kvc_f16 *)v.mins,
+                         (kvc_f16 *)v.scales, (uint32_t *)v.words);
     }
     *blob = b;
     return KVC_OK;
@@ -216,7 +208,7 @@ static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, in
     kvc_quant_wsum_fn wsum = kvc_quant_wsum_k;
     if (end <= begin) return;
     for (int cg = 0; cg < b->n_tiles; cg++) {
-        kvc_qtile v = v_tile(b, cg, begin, end - begin, cfg_of(c)->lut_v);
+        kvc_qtile v = v_tile(b, cg, begin, end - begin);
         wsum(&v, p, ldp, G, o + (size_t)cg * b->group, ldo);
     }
 }
@@ -225,14 +217,14 @@ static void decode_v(const kvc_codec *c, const void *blob, int begin, int end, f
     const qblob *b = blob;
     if (end <= begin) return;
     for (int cg = 0; cg < b->n_tiles; cg++) {
-        kvc_qtile v = v_tile(b, cg, begin, end - begin, cfg_of(c)->lut_v);
+        kvc_qtile v = v_tile(b, cg, begin, end - begin);
         kvc_quant_decode(&v, x + (size_t)cg * b->group, ld);
     }
 }
 
 static void bytes_v(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     const qblob *b = blob;
-    kvc_quant_cfg q = {.bits = b->bits, .group = b->group};
+    kvc_quant_cfg q = {b->bits, b->group};
     kvc_quant_v_bytes(&q, b->dim, b->n, payload, meta);
 }
 

@@ -16,11 +16,6 @@
 typedef struct kvc_quant_cfg {
     int bits;  /* 1..4 */
     int group; /* 1..KVC_QUANT_MAX_N: tokens per K group, channels per V group */
-    /* Non-uniform levels (quant_pack.h "Levels"), NULL = uniform: code c of a
-     * key (value) decodes to min + scale * lut_k[c] (lut_v[c]); tables of
-     * KVC_QUANT_LUT floats, the first 2^bits used, ascending; 2 bits only.
-     * The float codecs only (kvc_iq_supports refuses them). */
-    const float *lut_k, *lut_v;
 } kvc_quant_cfg;
 
 /* "quant_k": keys, per channel, in tiles of `group` tokens (the last tile of a
@@ -32,8 +27,7 @@ typedef struct kvc_quant_cfg {
  * and the header. Not appendable: chunks are sealed once full. */
 extern const kvc_codec_ops kvc_codec_quant_k, kvc_codec_quant_v;
 
-/* Checks a cfg (bits 1..4, group 1..KVC_QUANT_MAX_N, levels ascending in
- * [0, qmax] and 2 bits only); KVC_ERR_ARG naming the field. */
+/* Checks a cfg (bits 1..4, group 1..KVC_QUANT_MAX_N); KVC_ERR_ARG naming the field. */
 kvc_status kvc_quant_cfg_check(const kvc_quant_cfg *cfg);
 
 /* Exact bytes of a quant_k / quant_v blob of n tokens of dim floats. */

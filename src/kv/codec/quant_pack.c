@@ -75,7 +75,7 @@ void kvc_quant_params(float mn, float mx, int bits, kvc_f16 *min_out, kvc_f16 *s
 }
 
 /* One row: min/max, f16 params, codes. */
-static void encode_row(const float *x, ptrdiff_t stride, int n, int bits, const float *lut, kvc_f16 *min_out,
+static void encode_row(const float *x, ptrdiff_t stride, int n, int bits, kvc_f16 *min_out,
                        kvc_f16 *scale_out, uint32_t *words) {
     float mn = INFINITY, mx = -INFINITY;
     for (int i = 0; i < n; i++) {
@@ -86,27 +86,17 @@ static void encode_row(const float *x, ptrdiff_t stride, int n, int bits, const 
     kvc_quant_params(mn, mx, bits, min_out, scale_out);
     float minf = kvc_f16_to_f32(*min_out), scalef = kvc_f16_to_f32(*scale_out);
     uint8_t codes[KVC_QUANT_MAX_N];
-    if (lut)
-        for (int i = 0; i < n; i++)
-            codes[i] = (uint8_t)kvc_quant_code_lut(x[i * stride], minf, scalef, kvc_quant_qmax(bits, i), lut);
-    else
-        for (int i = 0; i < n; i++)
-            codes[i] = (uint8_t)kvc_quant_code(x[i * stride], minf, scalef, kvc_quant_qmax(bits, i));
+    for (int i = 0; i < n; i++) codes[i] = (uint8_t)kvc_quant_code(x[i * stride], minf, scalef, kvc_quant_qmax(bits, i));
     kvc_quant_pack(bits, codes, n, words);
-}
-
-void kvc_quant_encode_lut(const float *x, ptrdiff_t row_stride, ptrdiff_t val_stride, int rows, int n,
-                          int bits, const float *lut, kvc_f16 *mins, kvc_f16 *scales, uint32_t *words) {
-    assert(kvc_quant_vpw(bits) > 0 && n >= 1 && n <= KVC_QUANT_MAX_N);
-    int wpr = kvc_quant_words(bits, n);
-    for (int r = 0; r < rows; r++)
-        encode_row(x + r * row_stride, val_stride, n, bits, lut, &mins[r], &scales[r],
-                   words + (size_t)r * wpr);
 }
 
 void kvc_quant_encode(const float *x, ptrdiff_t row_stride, ptrdiff_t val_stride, int rows, int n,
                       int bits, kvc_f16 *mins, kvc_f16 *scales, uint32_t *words) {
-    kvc_quant_encode_lut(x, row_stride, val_stride, rows, n, bits, NULL, mins, scales, words);
+    assert(kvc_quant_vpw(bits) > 0 && n >= 1 && n <= KVC_QUANT_MAX_N);
+    int wpr = kvc_quant_words(bits, n);
+    for (int r = 0; r < rows; r++)
+        encode_row(x + r * row_stride, val_stride, n, bits, &mins[r], &scales[r],
+                   words + (size_t)r * wpr);
 }
 
 void kvc_quant_decode(const kvc_qtile *t, float *out, ptrdiff_t ldo) {
@@ -115,7 +105,7 @@ void kvc_quant_decode(const kvc_qtile *t, float *out, ptrdiff_t ldo) {
     for (int r = 0; r < t->rows; r++) {
         float s = kvc_f16_to_f32(t->scales[r]), m = kvc_f16_to_f32(t->mins[r]);
         kvc_quant_unpack(t->bits, t->words + (size_t)r * wpr, t->n, codes);
-        for (int i = 0; i < t->n; i++) out[r * ldo + i] = (t->lut ? t->lut[codes[i]] : (float)codes[i]) * s + m;
+        for (int i = 0; i < t->n; i++) out[r * ldo + i] = (float)codes[i] * s + m;
     }
 }
 
@@ -131,10 +121,7 @@ void kvc_quant_wsum_scalar(const kvc_qtile *t, const float *w, ptrdiff_t ldw, in
             float ws = wr * kvc_f16_to_f32(t->scales[r]);
             msum += wr * kvc_f16_to_f32(t->mins[r]);
             kvc_quant_unpack(t->bits, t->words + (size_t)r * wpr, n, codes);
-            if (t->lut)
-                for (int i = 0; i < n; i++) acc[i] += ws * t->lut[codes[i]];
-            else
-                for (int i = 0; i < n; i++) acc[i] += ws * (float)codes[i];
+            for (int i = 0; i < n; i++) acc[i] += ws * (float)codes[i];
         }
         for (int i = 0; i < n; i++) out[h * ldo + i] += acc[i] + msum;
     }

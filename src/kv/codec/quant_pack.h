@@ -53,14 +53,7 @@ typedef struct kvc_qtile {
     const kvc_f16 *scales;   /* [rows] */
     const uint32_t *words;   /* [rows][wpr] */
     int rows, n, bits;
-    const float *lut;        /* NULL: code c means c; else lut[c] (KVC_QUANT_LUT floats) */
 } kvc_qtile;
-
-/* Levels. With a level table L (KVC_QUANT_LUT floats, ascending, within
- * [0, qmax]) a code c decodes to min + scale * L[c] instead of min + scale * c;
- * min and scale are computed as for uniform levels (the range over qmax), and
- * the encoder picks the level nearest to (x - min) / scale. */
-#define KVC_QUANT_LUT 16
 
 /* Packs n codes (each already within its slot's qmax) into kvc_quant_words(bits, n) words. */
 void kvc_quant_pack(int bits, const uint8_t *codes, int n, uint32_t *words);
@@ -92,18 +85,6 @@ static inline int kvc_quant_code(float x, float minf, float scalef, int qm) {
  * bits in 1..4, 1 <= n <= KVC_QUANT_MAX_N (checked by callers). */
 void kvc_quant_encode(const float *x, ptrdiff_t row_stride, ptrdiff_t val_stride, int rows, int n,
                       int bits, kvc_f16 *mins, kvc_f16 *scales, uint32_t *words);
-/* The same with a level table (NULL: uniform, as kvc_quant_encode). */
-void kvc_quant_encode_lut(const float *x, ptrdiff_t row_stride, ptrdiff_t val_stride, int rows, int n,
-                          int bits, const float *lut, kvc_f16 *mins, kvc_f16 *scales, uint32_t *words);
-/* The code of the level of lut[0..qm] nearest to v (ties to the lower one). */
-static inline int kvc_quant_code_lut(float x, float minf, float scalef, int qm, const float *lut) {
-    if (!(scalef > 0.0f)) return 0;
-    float v = (x - minf) / scalef;
-    if (!(v > lut[0])) return 0; /* also NaN */
-    int c = 0;
-    while (c < qm && v - lut[c] > lut[c + 1] - v) c++;
-    return c;
-}
 
 /* Decodes a tile to dense out[r*ldo + i] (reference and tests only: the attention
  * kernels never materialise a dense copy). */

@@ -9,7 +9,6 @@
  * and `window + group - 1` tokens (KIVI keeps V's residual at exactly R and
  * K's between 0 and R; here K and V share one window, the larger of the two). */
 #include <stddef.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "base/status.h"
@@ -20,13 +19,11 @@ typedef struct kivi_cfg {
     int bits;
     int group;
     int window;
-    char lk[KVC_PARAM_STR_MAX], lv[KVC_PARAM_STR_MAX]; /* "l0/l1/l2/l3" or "" (uniform) */
 } kivi_cfg;
 
 typedef struct kivi_state {
     kivi_cfg cfg;
     kvc_quant_cfg q; /* shared by K and V codecs of every chunk */
-    float lut_k[KVC_QUANT_LUT], lut_v[KVC_QUANT_LUT]; /* q.lut_k / lut_v point here when set */
 } kivi_state;
 
 static const kvc_param kivi_params[] = {
@@ -37,25 +34,7 @@ static const kvc_param kivi_params[] = {
      .help = "K: tokens per per-channel group; V: channels per per-token group"},
     {.key = "window", .type = KVC_PARAM_INT, .offset = offsetof(kivi_cfg, window), .def = "32",
      .min = 0, .max = 1 << 20, .help = "newest tokens kept dense (KIVI's residual R)"},
-    {.key = "lk", .type = KVC_PARAM_STRING, .offset = offsetof(kivi_cfg, lk), .def = "",
-     .help = "2 bits: key levels a/b/c/d as fractions of the group's range (empty: uniform 0/0.333/0.667/1)"},
-    {.key = "lv", .type = KVC_PARAM_STRING, .offset = offsetof(kivi_cfg, lv), .def = "",
-     .help = "2 bits: value levels a/b/c/d as fractions of the group's range (empty: uniform)"},
 };
-
-/* "a/b/c/d" (fractions of the range) into a table in units of the scale. */
-static kvc_status parse_levels(const char *s, const char *key, int bits, float *lut, const float **out) {
-    *out = NULL;
-    if (!s[0]) return KVC_OK;
-    KVC_CHECK(bits == 2, KVC_ERR_ARG, "method kivi: %s needs bits=2 (bits=%d)", key, bits);
-    double l[4];
-    char tail;
-    KVC_CHECK(sscanf(s, "%lf/%lf/%lf/%lf%c", &l[0], &l[1], &l[2], &l[3], &tail) == 4, KVC_ERR_ARG,
-              "method kivi: %s='%s' is not four levels a/b/c/d", key, s);
-    for (int i = 0; i < KVC_QUANT_LUT; i++) lut[i] = i < 4 ? (float)(l[i] * 3.0) : 3.0f;
-    *out = lut;
-    return KVC_OK;
-}
 
 static kvc_status kivi_create(const kvc_method_env *env, void **state) {
     kivi_state *st = calloc(1, sizeof *st);
@@ -63,9 +42,7 @@ static kvc_status kivi_create(const kvc_method_env *env, void **state) {
     st->cfg = *(const kivi_cfg *)env->cfg;
     st->q.bits = st->cfg.bits;
     st->q.group = st->cfg.group;
-    kvc_status s = parse_levels(st->cfg.lk, "lk", st->cfg.bits, st->lut_k, &st->q.lut_k);
-    if (s == KVC_OK) s = parse_levels(st->cfg.lv, "lv", st->cfg.bits, st->lut_v, &st->q.lut_v);
-    if (s == KVC_OK) s = kvc_quant_cfg_check(&st->q);
+    kvc_status s = kvc_quant_cfg_check(&st->q);
     if (s != KVC_OK) {
         free(st);
         return s;
