@@ -52,6 +52,14 @@ static void add_group(hist *h, const float *x, int n, int stride) {
     }
 }
 
+/* The index of the level of l[4] nearest to u (the lower one on a tie). */
+static int nearest_level(const double *l, double u) {
+    int best = 0;
+    for (int j = 1; j < 4; j++)
+        if (fabs(u - l[j]) < fabs(u - l[best])) best = j;
+    return best;
+}
+
 /* Weighted squared error of coding with levels l[4] (nearest level), using
  * each bin's moments: sum w (u - l)^2 = wuu - 2 l wu + l^2 w. */
 static double cost(const hist *h, const double *l) {
@@ -59,9 +67,7 @@ static double cost(const hist *h, const double *l) {
     for (int b = 0; b < NB; b++) {
         if (h->w[b] == 0) continue;
         double u = h->wu[b] / h->w[b];
-        int best = 0;
-        for (int j = 1; j < 4; j++)
-            if (fabs(u - l[j]) < fabs(u - l[best])) best = j;
+        int best = nearest_level(l, u);
         e += h->wuu[b] - 2 * l[best] * h->wu[b] + l[best] * l[best] * h->w[b];
     }
     return e;
@@ -74,9 +80,7 @@ static void lloyd(const hist *h, double *l, int fixed_ends) {
         for (int b = 0; b < NB; b++) {
             if (h->w[b] == 0) continue;
             double u = h->wu[b] / h->w[b];
-            int best = 0;
-            for (int j = 1; j < 4; j++)
-                if (fabs(u - l[j]) < fabs(u - l[best])) best = j;
+            int best = nearest_level(l, u);
             sw[best] += h->w[b], swu[best] += h->wu[b];
         }
         for (int j = 0; j < 4; j++) {
