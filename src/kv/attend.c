@@ -647,7 +647,24 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
 
 /* ---- reference ------------------------------------------------------------------ */
 
+static kvc_status reference_in_stream_space(const kvc_stream *s, const float *q, int G, float *out);
+
 kvc_status kvc_attend_reference(const kvc_stream *s, const float *q, int G, float *out) {
+    if (!s->xf) return reference_in_stream_space(s, q, G, out);
+    size_t n = (size_t)G * s->dim;
+    float *qm = malloc(n * sizeof *qm), *om = malloc(n * sizeof *om);
+    kvc_status st = qm && om ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "reference attention (%d heads)", G);
+    if (st == KVC_OK) {
+        s->xf->ops->prepare_q(s->xf, q, G, s->dim, qm, s->dim);
+        st = reference_in_stream_space(s, qm, G, om);
+    }
+    if (st == KVC_OK) s->xf->ops->finish_out(s->xf, om, G, s->dim, out, s->dim);
+    free(qm);
+    free(om);
+    return st;
+}
+
+static kvc_status reference_in_stream_space(const kvc_stream *s, const float *q, int G, float *out) {
     int d = s->dim;
     int64_t n = 0;
     for (int ci = -1; ci < s->n_chunks; ci++) n += chunk_at(s, ci)->n;

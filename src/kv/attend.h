@@ -60,7 +60,9 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *op
                       struct kvc_pool *pool, kvc_attend_ws *ws);
 
 /* Plain reference: decodes every live token (kvc_chunk_decode) and does a
- * two-pass softmax in double precision, no selection. For tests. */
+ * two-pass softmax in double precision, no selection. q and out are in the
+ * model's space, as for kvc_attend: a stream kept in a transformed space
+ * (s->xf, e.g. +rot) has q mapped into it and out mapped back. For tests. */
 kvc_status kvc_attend_reference(const kvc_stream *s, const float *q, int G, float *out);
 
 #endif
