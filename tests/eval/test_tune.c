@@ -7,7 +7,10 @@
  *   the prefill that produced them (full:f32);
  * - tuned with every side q<b>g<g> gives exactly kivi:bits=b,group=g's logits
  *   (prefill and decode), also both +rot, a mixed profile runs, and a profile for another
- *   layer count is refused naming both counts. */
+ *   layer count is refused naming both counts;
+ * - the sensitivity pass with --rot (kvc_tune, rot = 1) writes a profile that
+ *   parses, has the model's layers, only the candidates, stays within the
+ *   budget, says it was probed +rot, and runs as tuned:profile=FILE+rot. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -23,6 +26,7 @@
 #include "kv/method/tuned_profile.h"
 #include "kvcomp.h"
 #include "kvcomp_eval.h"
+#include "kvcomp/tune.h"
 
 enum { NCTX = 200, NCONT = 12 };
 
@@ -225,12 +229,62 @@ static void test_uniform_equals_kivi(void **state) {
     free(a), free(b);
 }
 
+/* kvc_tune with rot = 1 on a short window: the profile it writes is within
+ * the budget, made of the candidates, labelled +rot, and runs with +rot. */
+static void test_tune_pass_rot(void **state) {
+    fixture *f = *state;
+    if (!f) skip();
+    char path[] = "/tmp/kvcomp-test-tune-rot-XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    const double budget = 4.0;
+    kvc_tune_params p = {.n_ctx = 48, .n_cont = 4, .candidates = "f16,q1g32", .budgets = &budget,
+                         .n_budgets = 1, .n_threads = 2, .n_batch = 128, .rot = 1};
+    FILE *report = tmpfile();
+    assert_non_null(report);
+    if (kvc_tune(f->m, f->tok, f->n_tok, &p, path, report, 0) != KVC_OK) fail_msg("%s", kvc_last_error());
+    fclose(report);
+    kvc_tuned_profile *prof;
+    if (kvc_tuned_profile_load(path, &prof) != KVC_OK) fail_msg("%s", kvc_last_error());
+    assert_int_equal(prof->n_layers, f->mi.n_layers);
+    assert_non_null(strstr(prof->source, "probed +rot"));
+    const int dim = f->mi.head_dim;
+    double mean_bits = 0;
+    int n_q1 = 0;
+    for (int l = 0; l < prof->n_layers; l++) {
+        const kvc_tuned_codec side[2] = {prof->layer[l].k, prof->layer[l].v};
+        for (int s = 0; s < 2; s++) {
+            const int is_f16 = side[s].bits == 16 && side[s].group == 0;
+            assert_true(is_f16 || (side[s].bits == 1 && side[s].group == 32));
+            n_q1 += !is_f16;
+            /* tune costs every codec at a steady-state 4096 tokens (tune.c) */
+            mean_bits += kvc_tuned_codec_bits(side[s], s, dim, 4096) / (2 * prof->n_layers);
+        }
+        assert_true(isfinite(prof->layer[l].k_kl) && isfinite(prof->layer[l].v_kl));
+    }
+    kvc_tuned_profile_free(prof);
+    assert_true(mean_bits <= budget + 1e-9);
+    assert_true(n_q1 > 0); /* 4 bits is below all-f16, so some sides must be 1-bit */
+
+    char spec[96];
+    snprintf(spec, sizeof spec, "tuned:profile=%s+rot", path);
+    kvc_ctx *c = make_ctx(f, spec);
+    float *logits = malloc(sizeof(float) * f->mi.n_vocab * 8);
+    assert_int_equal(kvc_ctx_prefill_all(c, f->tok, 8, logits), KVC_OK);
+    for (int i = 0; i < f->mi.n_vocab * 8; i++) assert_true(isfinite(logits[i]));
+    free(logits);
+    kvc_ctx_free(c);
+    unlink(path);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_choose_exact),
         cmocka_unit_test(test_pareto),
         cmocka_unit_test(test_append_kv_matches_prefill),
         cmocka_unit_test(test_uniform_equals_kivi),
+        cmocka_unit_test(test_tune_pass_rot),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
