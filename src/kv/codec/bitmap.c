@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kv/blob_arena.h"
 #include "kv/codec/prune.h"
 
 void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
@@ -110,7 +111,7 @@ static kvc_status bm_encode(const kvc_codec *c, const float *x, int n, int ld, v
     size_t nbits = (size_t)n * nt * sizeof(uint64_t);
     size_t nvals = (size_t)n * keep * sizeof(kvc_f16);
     size_t alloc = (hdr + nbits + nvals + KVC_BITMAP_PAD + 63) & ~(size_t)63;
-    char *mem = aligned_alloc(64, alloc);
+    char *mem = kvc_blob_alloc(alloc);
     if (!mem) return kvc_fail(KVC_ERR_NOMEM, "bitmap blob of %d tokens (%zu bytes)", n, alloc);
     bitmap_blob *b = (bitmap_blob *)mem;
     b->n = n;
@@ -178,7 +179,7 @@ static void bm_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, ui
 
 static void bm_free(const kvc_codec *c, void *blob) {
     (void)c;
-    free(blob);
+    kvc_blob_free(blob);
 }
 
 const kvc_codec_ops kvc_codec_bitmap_f16 = {

@@ -16,6 +16,7 @@
 
 #include "base/f16.h"
 #include "base/status.h"
+#include "kv/blob_arena.h"
 #include "kv/codec/bitmap.h"
 #include "kv/codec/quant.h"
 #include "kv/codec/prune.h"
@@ -51,7 +52,7 @@ static kvc_status bq_alloc(const kvc_bitmap_quant_cfg *cfg, int dim, int n, int 
     size_t hdr = (sizeof(bq_blob) + 63) & ~(size_t)63;
     size_t b_bits = (size_t)n * nt * 8, b_codes = (size_t)n * wpt * 4, b_sc = n_scale * 2;
     size_t alloc = hdr + b_bits + b_codes + 2 * b_sc;
-    char *mem = calloc(1, alloc);
+    char *mem = kvc_blob_calloc(alloc);
     if (!mem) return kvc_fail(KVC_ERR_NOMEM, "bitmap_quant blob of %d tokens (%zu bytes)", n, alloc);
     bq_blob *b = (bq_blob *)mem;
     *b = (bq_blob){.n = n, .d = dim, .keep = cfg->keep, .nt = nt, .bits = cfg->bits,
@@ -237,7 +238,7 @@ static void bq_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, ui
 
 static void bq_free(const kvc_codec *c, void *blob) {
     (void)c;
-    free(blob);
+    kvc_blob_free(blob);
 }
 
 const kvc_codec_ops kvc_codec_bitmap_quant_k = {

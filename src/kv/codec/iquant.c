@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kv/blob_arena.h"
 
 enum { HEADER = 64, MAX_DIM = KVC_IQ_MAX_DIM };
 
@@ -47,9 +48,8 @@ static kvc_status check(const kvc_codec *c, int n, const char *who) {
 }
 
 static iqblob *blob_alloc(size_t data_bytes, int n, int bits, int group, int dim) {
-    iqblob *b = aligned_alloc(64, round64(HEADER + data_bytes));
+    iqblob *b = kvc_blob_calloc(round64(HEADER + data_bytes));
     if (!b) return NULL;
-    memset(b, 0, round64(HEADER + data_bytes));
     b->n = n, b->bits = bits, b->group = group, b->dim = dim;
     return b;
 }
@@ -75,7 +75,7 @@ static uint32_t k_word(const uint8_t *c, int bits) {
 }
 
 static int count_iq(const kvc_codec *c, const void *blob) { return ((const iqblob *)blob)->n; }
-static void free_iq(const kvc_codec *c, void *blob) { free(blob); }
+static void free_iq(const kvc_codec *c, void *blob) { kvc_blob_free(blob); }
 
 /* ---- keys ---------------------------------------------------------------------- */
 

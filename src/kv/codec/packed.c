@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kv/blob_arena.h"
 #include "kv/codec/prune.h"
 
 typedef struct packed_blob {
@@ -118,7 +119,7 @@ static kvc_status pk_encode(const kvc_codec *c, const float *x, int n, int ld, v
     size_t hdr = (sizeof(packed_blob) + 63) & ~(size_t)63;
     size_t nbits = (size_t)n * nw * sizeof(uint32_t), nvals = (size_t)n * nv * sizeof(kvc_f16);
     size_t alloc = (hdr + nbits + nvals + KVC_PACKED_PAD + 63) & ~(size_t)63;
-    char *mem = aligned_alloc(64, alloc);
+    char *mem = kvc_blob_alloc(alloc);
     if (!mem) return kvc_fail(KVC_ERR_NOMEM, "packed blob of %d tokens (%zu bytes)", n, alloc);
     packed_blob *b = (packed_blob *)mem;
     *b = (packed_blob){.n = n, .d = d, .group = cfg->group, .keep = cfg->keep, .nw = nw, .nv = nv,
@@ -190,7 +191,7 @@ static void pk_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, ui
     *meta = b->alloc - *payload;
 }
 
-static void pk_free(const kvc_codec *c, void *blob) { free(blob); }
+static void pk_free(const kvc_codec *c, void *blob) { kvc_blob_free(blob); }
 
 const kvc_codec_ops kvc_codec_packed_f16 = {
     .name = "packed_f16",

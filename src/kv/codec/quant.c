@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/status.h"
+#include "kv/blob_arena.h"
 #include "kv/codec/quant.h"
 
 typedef struct qblob {
@@ -62,7 +63,7 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
     const kvc_quant_cfg *q = cfg_of(c);
     KVC_TRY(kvc_quant_cfg_check(q));
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "quant_k: negative token count %d", n);
-    qblob *b = malloc(HEADER_BYTES + k_data_bytes(q->bits, q->group, c->dim, n));
+    qblob *b = kvc_blob_alloc(HEADER_BYTES + k_data_bytes(q->bits, q->group, c->dim, n));
     if (!b) return kvc_fail(KVC_ERR_NOMEM, "quant_k: blob of %d tokens", n);
     b->n = n;
     b->bits = q->bits;
@@ -132,7 +133,7 @@ static void bytes_k(const kvc_codec *c, const void *blob, uint64_t *payload, uin
     kvc_quant_k_bytes(&q, b->dim, b->n, payload, meta);
 }
 
-static void free_q(const kvc_codec *c, void *blob) { free(blob); }
+static void free_q(const kvc_codec *c, void *blob) { kvc_blob_free(blob); }
 
 const kvc_codec_ops kvc_codec_quant_k = {
     .name = "quant_k",
@@ -184,7 +185,7 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "quant_v: negative token count %d", n);
     uint64_t payload, meta;
     kvc_quant_v_bytes(q, c->dim, n, &payload, &meta);
-    qblob *b = malloc(payload + meta);
+    qblob *b = kvc_blob_alloc(payload + meta);
     if (!b) return kvc_fail(KVC_ERR_NOMEM, "quant_v: blob of %d tokens", n);
     b->n = n;
     b->bits = q->bits;
