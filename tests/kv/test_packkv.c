@@ -39,13 +39,7 @@
 #include "kv/synth.h"
 #include "kvcomp.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
+#include "test_rng.h"
 static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; }
 
 static float ulp(float x) { return nextafterf(fabsf(x), INFINITY) - fabsf(x); }

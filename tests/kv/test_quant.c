@@ -23,13 +23,7 @@
 
 #include "kv/codec/quant.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
+#include "test_rng.h"
 static float frand(void) { return (float)rnd() / 4294967296.0f * 2.0f - 1.0f; } /* [-1,1) */
 static float gauss(void) {
     float u = ((float)rnd() + 1.0f) / 4294967297.0f, v = (float)rnd() / 4294967296.0f;
