@@ -2,7 +2,9 @@
  *  - the bound of a unit is an upper bound of q·k for every key of the unit
  *    and every query head (random and adversarial keys: wide ranges, zeros,
  *    values that f16 cannot hold exactly, units of 1 token), and the unit's
- *    score (the split-query dot product) is the largest head bound;
+ *    score (the split-query dot product) is the largest head bound, in the
+ *    f16 and the q8 format; the q8 intervals contain the f16 ones and are at
+ *    most one grid step wider (round trip);
  *  - quest keeps the current page hot, seals whole pages with one index entry
  *    each, counts the index bytes, and with budget = all (1 or a count above
  *    the context) its attention equals the plain reference over the cache;
@@ -72,10 +74,11 @@ static void test_bound_random(void **state) {
     kvc_codecs_init();
     enum { D = 64, NT = 2000, G = 3 };
     float *k = malloc(sizeof(float) * NT * D), q[G * D];
+    for (int fmt = 0; fmt < 2; fmt++) /* f16, q8 */
     for (int kind = 0; kind < 4; kind++) {
         make_keys(k, NT, D, kind);
         kvc_minmax *x;
-        assert_int_equal(kvc_minmax_create(D, &x), KVC_OK);
+        assert_int_equal(kvc_minmax_create_fmt(D, fmt, &x), KVC_OK);
         int t = 0;
         while (t < NT) {
             int len = 1 + (int)((frand() + 1.0f) * 20.0f);
@@ -101,6 +104,75 @@ static void test_bound_random(void **state) {
             }
             free(sc);
         }
+        kvc_selector_minmax.free(x);
+    }
+    free(k);
+}
+
+/* The q8 format (minmax_block.h) against the f16 one on the same units: every
+ * stored interval contains the f16 interval (so every key element: outward
+ * rounding held through the requantization), is at most one grid step wider
+ * on each side (the step being the block's f16 range / 255), the last
+ * unfilled block is the f16 one, and the q8 index takes 40/64 of the bytes of
+ * full blocks. Units of 1..40 tokens, the four kinds of keys, ragged ends. */
+static void test_q8_round_trip(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    enum { D = 64, NT = 3000 };
+    float *k = malloc(sizeof(float) * NT * D);
+    for (int kind = 0; kind < 4; kind++) {
+        make_keys(k, NT, D, kind);
+        kvc_minmax *f, *x;
+        assert_int_equal(kvc_minmax_create(D, &f), KVC_OK);
+        assert_int_equal(kvc_minmax_create_fmt(D, 1, &x), KVC_OK);
+        assert_true(kvc_minmax_is_q8(x) && !kvc_minmax_is_q8(f));
+        int t = 0;
+        while (t < NT) {
+            int len = 1 + (int)((frand() + 1.0f) * 20.0f);
+            if (len > NT - t) len = NT - t;
+            assert_int_equal(kvc_minmax_add(f, k + (size_t)t * D, len, D), KVC_OK);
+            assert_int_equal(kvc_minmax_add(x, k + (size_t)t * D, len, D), KVC_OK);
+            t += len;
+        }
+        int nu = kvc_selector_minmax.n_units(x);
+        assert_int_equal(nu, kvc_selector_minmax.n_units(f));
+        assert_true(nu % 16 != 0); /* a ragged open block is covered */
+        for (int u = 0; u < nu; u++) {
+            kvc_range r = kvc_selector_minmax.unit(x, u);
+            kvc_range rf = kvc_selector_minmax.unit(f, u);
+            assert_int_equal(r.begin, rf.begin);
+            assert_int_equal(r.end, rf.end);
+            for (int c = 0; c < D; c++) {
+                float qx, qn, fx, fn;
+                kvc_minmax_unit_range(x, u, c, &qx, &qn);
+                kvc_minmax_unit_range(f, u, c, &fx, &fn);
+                for (int t2 = r.begin; t2 < r.end; t2++) {
+                    float e = k[(size_t)t2 * D + c];
+                    if (!(qn <= e && e <= qx)) fail_msg("kind %d unit %d ch %d: %g outside [%g, %g]", kind, u, c, e, qn, qx);
+                }
+                assert_true(qx >= fx && qn <= fn);
+                if (u / 16 == nu / 16) { /* the open block stays f16 */
+                    assert_true(qx == fx && qn == fn);
+                    continue;
+                }
+                float hi = -INFINITY, lo = INFINITY; /* the block's f16 range */
+                for (int v = u / 16 * 16; v < u / 16 * 16 + 16; v++) {
+                    float a, b;
+                    kvc_minmax_unit_range(f, v, c, &a, &b);
+                    hi = a > hi ? a : hi;
+                    lo = b < lo ? b : lo;
+                }
+                double step = ((double)hi - lo) / 255.0 * (1.0 + 1e-5) + 1e-30 + 1e-7 * fabs(lo);
+                if (!(qx - fx <= step && fn - qn <= step))
+                    fail_msg("kind %d unit %d ch %d: q8 [%g, %g] vs f16 [%g, %g], step %g", kind, u, c, qn, qx, fn, fx,
+                             step);
+            }
+        }
+        uint64_t bf = kvc_selector_minmax.bytes(f), bx = kvc_selector_minmax.bytes(x);
+        uint64_t full = (uint64_t)(nu / 16) * 16 * D * 2 * 2, qfull = (uint64_t)(nu / 16) * 40 * D;
+        assert_true(bx < bf);
+        assert_true(bf - bx == full - qfull);
+        kvc_selector_minmax.free(f);
         kvc_selector_minmax.free(x);
     }
     free(k);
@@ -267,6 +339,7 @@ int main(void) {
     rng = 777;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bound_random),
+        cmocka_unit_test(test_q8_round_trip),
         cmocka_unit_test(test_bad_index_input),
         cmocka_unit_test(test_quest_all_is_full),
         cmocka_unit_test(test_quest_budget),

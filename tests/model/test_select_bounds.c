@@ -1,4 +1,4 @@
-/* The min/max bound (select/minmax.h) on real keys and sentences of real
+/* The min/max bound (select/minmax.h, f16 and q8 formats) on real keys and sentences of real
  * text: the default model reads the start of data/alice.txt, its post-RoPE
  * keys of every layer are taken from the K/V observer, and for pages of 16
  * tokens (quest) and for the sentences the splitter draws from the model's
@@ -119,22 +119,27 @@ static void test_real_key_bounds(void **state) {
     for (int l = 0; l < info.n_layers; l++)
         for (int h = 0; h < K.n_kv; h++) {
             const float *kh = K.k + (size_t)l * NTOK * row + (size_t)h * d;
-            kvc_minmax *x, *y;
+            kvc_minmax *x, *y, *z; /* pages (f16), sentences (f16), sentences (q8, sentkv's default) */
             assert_int_equal(kvc_minmax_create(d, &x), KVC_OK);
             assert_int_equal(kvc_minmax_create(d, &y), KVC_OK);
+            assert_int_equal(kvc_minmax_create_fmt(d, 1, &z), KVC_OK);
             for (int t = 0; t < NTOK; t += PAGE)
                 assert_int_equal(kvc_minmax_add(x, kh + t * row, PAGE < NTOK - t ? PAGE : NTOK - t, (int)row), KVC_OK);
-            for (int64_t i = 0, b = 0; i < sp.n_ends; b = sp.ends[i++])
+            for (int64_t i = 0, b = 0; i < sp.n_ends; b = sp.ends[i++]) {
                 assert_int_equal(kvc_minmax_add(y, kh + b * row, (int)(sp.ends[i] - b), (int)row), KVC_OK);
+                assert_int_equal(kvc_minmax_add(z, kh + b * row, (int)(sp.ends[i] - b), (int)row), KVC_OK);
+            }
             for (int trial = 0; trial < 4; trial++) {
                 for (int g = 0; g < G; g++)
                     for (int i = 0; i < d; i++)
                         q[g * d + i] = trial < 2 ? frand() : kh[((trial * 131 + g * 17) % NTOK) * row + i];
                 check_unit_bounds(x, kh, row, d, q, G);
                 check_unit_bounds(y, kh, row, d, q, G);
+                check_unit_bounds(z, kh, row, d, q, G);
             }
             kvc_selector_minmax.free(x);
             kvc_selector_minmax.free(y);
+            kvc_selector_minmax.free(z);
         }
     free(q);
     kvc_split_free(&sp);

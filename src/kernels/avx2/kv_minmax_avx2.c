@@ -67,5 +67,62 @@ static void minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float
     }
 }
 
-/* Registers this file's kernel over the table's (kvc_codecs_init). */
-void kvc_minmax_register_avx2(kvc_minmax_kernels *k) { k->score = minmax_score_avx2; }
+/* 8 codes widened to f32 and mapped by one FMA to step · code + base. */
+static inline __m256 q8_values(const uint8_t *p, __m256 st, __m256 bs) {
+    __m128i c = _mm_loadl_epi64((const __m128i *)p);
+    return _mm256_fmadd_ps(st, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(c)), bs);
+}
+
+/* q8 blocks: as block_heads, the values from codes (minmax_block.h). */
+ALWAYS_INLINE void block_heads_q8(const uint8_t *b, int dim, const float *qpm, int hg, __m256 *best, int first) {
+    const float *base = (const float *)(const void *)b, *step = base + dim;
+    const uint8_t *codes = b + (size_t)dim * 2 * sizeof(float);
+    __m256 a[HG][4];
+    for (int h = 0; h < hg; h++)
+        for (int k = 0; k < 4; k++) a[h][k] = _mm256_setzero_ps();
+    for (int c = 0; c < dim; c++) {
+        const uint8_t *row = codes + (size_t)c * 2 * KVC_MM_LANES;
+        __m256 bs = _mm256_broadcast_ss(base + c), st = _mm256_broadcast_ss(step + c);
+        __m256 hi0 = q8_values(row, st, bs), hi1 = q8_values(row + 8, st, bs);
+        __m256 lo0 = q8_values(row + KVC_MM_LANES, st, bs), lo1 = q8_values(row + KVC_MM_LANES + 8, st, bs);
+        for (int h = 0; h < hg; h++) {
+            const float *qp = qpm + (size_t)h * 2 * dim;
+            __m256 p = _mm256_broadcast_ss(qp + c), m = _mm256_broadcast_ss(qp + dim + c);
+            a[h][0] = _mm256_fmadd_ps(p, hi0, a[h][0]);
+            a[h][1] = _mm256_fmadd_ps(p, hi1, a[h][1]);
+            a[h][2] = _mm256_fmadd_ps(m, lo0, a[h][2]);
+            a[h][3] = _mm256_fmadd_ps(m, lo1, a[h][3]);
+        }
+    }
+    for (int h = 0; h < hg; h++) {
+        __m256 s0 = _mm256_add_ps(a[h][0], a[h][2]), s1 = _mm256_add_ps(a[h][1], a[h][3]);
+        if (first && h == 0) {
+            best[0] = s0;
+            best[1] = s1;
+        } else {
+            best[0] = _mm256_max_ps(best[0], s0);
+            best[1] = _mm256_max_ps(best[1], s1);
+        }
+    }
+}
+
+static void minmax_score_q8_avx2(const uint8_t *blocks, int nb, int dim, const float *qpm, int G, float *out) {
+    size_t bsz = kvc_mm_q8_bytes(dim);
+    for (int k = 0; k < nb; k++) {
+        const uint8_t *b = blocks + (size_t)k * bsz;
+        __m256 best[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int g0 = 0; g0 < G; g0 += HG) {
+            const float *q = qpm + (size_t)g0 * 2 * dim;
+            if (G - g0 >= 2) block_heads_q8(b, dim, q, 2, best, g0 == 0);
+            else block_heads_q8(b, dim, q, 1, best, g0 == 0);
+        }
+        _mm256_storeu_ps(out + (size_t)k * KVC_MM_LANES, best[0]);
+        _mm256_storeu_ps(out + (size_t)k * KVC_MM_LANES + 8, best[1]);
+    }
+}
+
+/* Registers this file's kernels over the table's (kvc_codecs_init). */
+void kvc_minmax_register_avx2(kvc_minmax_kernels *k) {
+    k->score = minmax_score_avx2;
+    k->score_q8 = minmax_score_q8_avx2;
+}

@@ -52,5 +52,53 @@ static void minmax_score_avx512(const kvc_f16 *blocks, int n, int dim, const flo
     }
 }
 
-/* Registers this file's kernel over the table's (kvc_codecs_init). */
-void kvc_minmax_register_avx512(kvc_minmax_kernels *k) { k->score = minmax_score_avx512; }
+/* q8 blocks: per channel the 16 max and 16 min codes are widened (VPMOVZXBD,
+ * VCVTDQ2PS) and mapped to values by one FMA with the channel's step and base
+ * (as the reference's fmaf), then used as above. */
+ALWAYS_INLINE void block_heads_q8(const uint8_t *b, int dim, const float *qpm, int hg, __m512 *best, int first) {
+    const float *base = (const float *)(const void *)b, *step = base + dim;
+    const uint8_t *codes = b + (size_t)dim * 2 * sizeof(float);
+    __m512 ah[HG], al[HG];
+    for (int h = 0; h < hg; h++) ah[h] = al[h] = _mm512_setzero_ps();
+    for (int c = 0; c < dim; c++) {
+        const uint8_t *row = codes + (size_t)c * 2 * KVC_MM_LANES;
+        __m512 bs = _mm512_set1_ps(base[c]), st = _mm512_set1_ps(step[c]);
+        __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)row)));
+        __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + KVC_MM_LANES))));
+        hi = _mm512_fmadd_ps(st, hi, bs);
+        lo = _mm512_fmadd_ps(st, lo, bs);
+        for (int h = 0; h < hg; h++) {
+            const float *qp = qpm + (size_t)h * 2 * dim;
+            ah[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[c]), hi, ah[h]);
+            al[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[dim + c]), lo, al[h]);
+        }
+    }
+    for (int h = 0; h < hg; h++) {
+        __m512 s = _mm512_add_ps(ah[h], al[h]);
+        *best = first && h == 0 ? s : _mm512_max_ps(*best, s);
+    }
+}
+
+static void minmax_score_q8_avx512(const uint8_t *blocks, int nb, int dim, const float *qpm, int G, float *out) {
+    size_t bs = kvc_mm_q8_bytes(dim);
+    for (int k = 0; k < nb; k++) {
+        const uint8_t *b = blocks + (size_t)k * bs;
+        __m512 best = _mm512_setzero_ps();
+        for (int g0 = 0; g0 < G; g0 += HG) {
+            const float *q = qpm + (size_t)g0 * 2 * dim;
+            switch (G - g0 < HG ? G - g0 : HG) {
+            case 1: block_heads_q8(b, dim, q, 1, &best, g0 == 0); break;
+            case 2: block_heads_q8(b, dim, q, 2, &best, g0 == 0); break;
+            case 3: block_heads_q8(b, dim, q, 3, &best, g0 == 0); break;
+            default: block_heads_q8(b, dim, q, 4, &best, g0 == 0); break;
+            }
+        }
+        _mm512_storeu_ps(out + (size_t)k * KVC_MM_LANES, best);
+    }
+}
+
+/* Registers this file's kernels over the table's (kvc_codecs_init). */
+void kvc_minmax_register_avx512(kvc_minmax_kernels *k) {
+    k->score = minmax_score_avx512;
+    k->score_q8 = minmax_score_q8_avx512;
+}

@@ -65,6 +65,7 @@ typedef struct sentkv_cfg {
     char far[KVC_PARAM_STR_MAX]; /* "" or the far tier's file */
     int near;     /* far tier: keep the last selection's blocks in RAM */
     char mem[KVC_PARAM_STR_MAX]; /* "" or the RAM allowed to sealed sentences ("256M") */
+    int profile;  /* 0 f16, 1 q8 (select/minmax.h) */
 } sentkv_cfg;
 
 static const kvc_param sentkv_params[] = {
@@ -92,6 +93,10 @@ static const kvc_param sentkv_params[] = {
     {.key = "mem", .type = KVC_PARAM_STRING, .offset = offsetof(sentkv_cfg, mem), .def = "",
      .help = "RAM for sealed sentences (bytes, or with K/M/G); the rest go to the far tier (a temporary file "
              "unless far= names one)"},
+    {.key = "profile", .type = KVC_PARAM_ENUM, .offset = offsetof(sentkv_cfg, profile), .def = "q8",
+     .choices = "f16|q8",
+     .help = "sentence profiles: f16 min/max rounded outward | 8-bit codes on a per-16-sentence grid, "
+             "rounded outward (0.625x the bytes)"},
 };
 
 /* "" -> 0 (no limit); digits with an optional K, M or G (powers of 1024). */
@@ -273,12 +278,13 @@ static kvc_status sentkv_build_chunk(void *state, kvc_stream *s, void *sstate, c
     kvc_status r = KVC_OK;
     if (n_sink) r = kvc_unit_chunks_append(s, st->cfg.block, 0, KVC_CHUNK_ALWAYS, k, v, pos0, len, n_sink);
     size_t off = (size_t)sink_tokens * s->dim;
+    int idx_fmt = st->cfg.profile ? KVC_UNITS_Q8 : KVC_UNITS_F16;
     if (r == KVC_OK && nu > n_sink && st->far && !reserve_ram(st, (int64_t)(n - sink_tokens) * s->dim * 4)) {
         kvc_codec fc = {.ops = &kvc_codec_far_f16, .dim = s->dim, .cfg = st->far};
-        r = kvc_unit_chunks_encode(s, &fc, KVC_CHUNK_FAR, k + off, v + off, pos0 + sink_tokens, len + n_sink,
+        r = kvc_unit_chunks_encode(s, &fc, idx_fmt, KVC_CHUNK_FAR, k + off, v + off, pos0 + sink_tokens, len + n_sink,
                                    nu - n_sink);
     } else if (r == KVC_OK && nu > n_sink) {
-        r = kvc_unit_chunks_append(s, st->cfg.block, 1, 0, k + off, v + off, pos0 + sink_tokens, len + n_sink,
+        r = kvc_unit_chunks_append(s, st->cfg.block, idx_fmt, 0, k + off, v + off, pos0 + sink_tokens, len + n_sink,
                                    nu - n_sink);
     }
     free(len);

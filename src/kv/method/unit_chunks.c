@@ -13,7 +13,9 @@ static kvc_chunk *open_chunk(kvc_stream *s, const kvc_codec *c, int block, int i
                              uint32_t flags, int64_t pos, int len) {
     if (s->n_chunks == 0) return NULL;
     kvc_chunk *last = s->chunks[s->n_chunks - 1];
-    int same_index = indexed ? last->sel.ops == &kvc_selector_minmax : last->sel.ops == NULL;
+    int same_index = indexed ? last->sel.ops == &kvc_selector_minmax &&
+                                   kvc_minmax_is_q8(last->sel.index) == (indexed == KVC_UNITS_Q8)
+                             : last->sel.ops == NULL;
     if (last->kc.ops != c->ops || last->vc.ops != c->ops || last->pos || last->dead || !same_index ||
         last->flags != flags || last->pos0 + last->n != pos || last->n == 0)
         return NULL;
@@ -21,8 +23,9 @@ static kvc_chunk *open_chunk(kvc_stream *s, const kvc_codec *c, int block, int i
 }
 
 /* A fresh min/max index over the units' keys. */
-static kvc_status index_units(int dim, const float *k, const int *len, int n_units, kvc_minmax **out) {
-    KVC_TRY(kvc_minmax_create(dim, out));
+static kvc_status index_units(int dim, int indexed, const float *k, const int *len, int n_units,
+                              kvc_minmax **out) {
+    KVC_TRY(kvc_minmax_create_fmt(dim, indexed == KVC_UNITS_Q8, out));
     size_t off = 0;
     for (int u = 0; u < n_units; u++) {
         kvc_status st = len[u] >= 1 ? kvc_minmax_add(*out, k + off * dim, len[u], dim)
@@ -37,13 +40,13 @@ static kvc_status index_units(int dim, const float *k, const int *len, int n_uni
     return KVC_OK;
 }
 
-kvc_status kvc_unit_chunks_encode(kvc_stream *s, const kvc_codec *c, uint32_t flags, const float *k,
+kvc_status kvc_unit_chunks_encode(kvc_stream *s, const kvc_codec *c, int indexed, uint32_t flags, const float *k,
                                   const float *v, int64_t pos0, const int *len, int n_units) {
     int64_t n = 0;
     for (int u = 0; u < n_units; u++) n += len[u];
     KVC_CHECK(n <= INT32_MAX, KVC_ERR_RANGE, "unit chunks: %lld tokens in one chunk", (long long)n);
     kvc_minmax *x = NULL;
-    KVC_TRY(index_units(s->dim, k, len, n_units, &x));
+    KVC_TRY(index_units(s->dim, indexed, k, len, n_units, &x));
     kvc_chunk *ch = NULL;
     kvc_status st = kvc_chunk_encode(c, c, k, v, (int)n, s->dim, pos0, NULL, NULL, &ch);
     if (st != KVC_OK) {
@@ -65,7 +68,7 @@ static kvc_status new_chunk(kvc_stream *s, const kvc_codec *c, int indexed, uint
     kvc_status st = KVC_OK;
     if (indexed) {
         kvc_minmax *x = NULL;
-        st = kvc_minmax_create(s->dim, &x);
+        st = kvc_minmax_create_fmt(s->dim, indexed == KVC_UNITS_Q8, &x);
         if (st == KVC_OK) ch->sel = (kvc_select_index){.ops = &kvc_selector_minmax, .index = x};
     }
     if (st == KVC_OK) st = kvc_stream_insert(s, s->n_chunks, ch);

@@ -1,7 +1,12 @@
 /* The min/max bound index (minmax.h): per unit the channel-wise key max and
  * min in f16 rounded outward, stored in blocks of 16 units (minmax_block.h),
  * the unit ends in one array, and the bound sum_i max(q_i max_i, q_i min_i)
- * of every unit for all heads of the group in one kernel call. */
+ * of every unit for all heads of the group in one kernel call.
+ *
+ * In the q8 format only the open (last, not yet full) block is kept in f16;
+ * when its 16th unit arrives it is requantized into an 8-bit block (codes on
+ * a per-channel grid over the block's range, rounded outward again) and the
+ * f16 block is cleared for the next 16 units. */
 #include "kv/select/minmax.h"
 
 #include <stdlib.h>
@@ -17,19 +22,28 @@ struct kvc_minmax {
     int dim;
     int n, cap;        /* units; cap is a multiple of KVC_MM_LANES */
     int32_t *end;      /* [cap] token end of unit u (begin = end[u-1] or 0) */
-    kvc_f16 *mm;       /* [cap / 16][dim][2][16]: per block and channel, 16 max then 16 min */
+    kvc_f16 *mm;       /* [cap / 16][dim][2][16]: per block and channel, 16 max then 16 min;
+                        * q8: the open block only ([1][dim][2][16]) */
+    int q8;            /* full blocks in qb (minmax_block.h, q8 layout) */
+    int nq, qcap;      /* q8: full blocks stored, room (blocks) */
+    uint8_t *qb;       /* q8: [qcap] blocks of kvc_mm_q8_bytes(dim) */
 };
 
-kvc_status kvc_minmax_create(int dim, kvc_minmax **out) {
+kvc_status kvc_minmax_create_fmt(int dim, int q8, kvc_minmax **out) {
     *out = NULL;
     KVC_CHECK(dim >= 1 && dim <= MINMAX_MAX_DIM, KVC_ERR_ARG, "minmax index: dim %d outside [1, %d]", dim,
               MINMAX_MAX_DIM);
     kvc_minmax *x = calloc(1, sizeof *x);
     if (!x) return kvc_fail(KVC_ERR_NOMEM, "minmax index");
     x->dim = dim;
+    x->q8 = q8 != 0;
     *out = x;
     return KVC_OK;
 }
+
+kvc_status kvc_minmax_create(int dim, kvc_minmax **out) { return kvc_minmax_create_fmt(dim, 0, out); }
+
+int kvc_minmax_is_q8(const kvc_minmax *x) { return x->q8; }
 
 int kvc_minmax_tokens(const kvc_minmax *x) { return x->n ? x->end[x->n - 1] : 0; }
 
@@ -45,19 +59,36 @@ static kvc_f16 f16_outward(float f, int up) {
 
 static size_t block_elems(int dim) { return (size_t)dim * 2 * KVC_MM_LANES; }
 
-/* The f16 of channel c of unit u: its max (which 0) or min (which 1). */
+/* The f16 of channel c of unit u (in an f16 block): its max (which 0) or min (which 1). */
 static kvc_f16 *cell(const kvc_minmax *x, int u, int c, int which) {
-    return x->mm + (size_t)(u / KVC_MM_LANES) * block_elems(x->dim) + (size_t)c * 2 * KVC_MM_LANES +
-           (size_t)which * KVC_MM_LANES + u % KVC_MM_LANES;
+    size_t blk = x->q8 ? 0 : (size_t)(u / KVC_MM_LANES);
+    return x->mm + blk * block_elems(x->dim) + (size_t)c * 2 * KVC_MM_LANES + (size_t)which * KVC_MM_LANES +
+           u % KVC_MM_LANES;
 }
 
-/* Room for one more unit: whole blocks, zeroed (unused lanes score 0). */
+/* Room for one more unit: whole blocks, zeroed (unused lanes score 0); q8:
+ * the open f16 block once, and one more q8 block for when it fills. */
 static kvc_status reserve_unit(kvc_minmax *x) {
+    if (x->q8 && x->n / KVC_MM_LANES >= x->qcap) {
+        int qcap = x->qcap ? x->qcap * 2 : 4;
+        uint8_t *qb = realloc(x->qb, (size_t)qcap * kvc_mm_q8_bytes(x->dim));
+        if (!qb) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d blocks)", qcap);
+        x->qb = qb;
+        x->qcap = qcap;
+    }
     if (x->n < x->cap) return KVC_OK;
     int cap = x->cap ? x->cap * 2 : 4 * KVC_MM_LANES;
     int32_t *e = realloc(x->end, (size_t)cap * sizeof *e);
     if (!e) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d units)", cap);
     x->end = e;
+    if (x->q8) {
+        if (!x->mm) {
+            x->mm = calloc(block_elems(x->dim), sizeof *x->mm);
+            if (!x->mm) return kvc_fail(KVC_ERR_NOMEM, "minmax index (open block)");
+        }
+        x->cap = cap;
+        return KVC_OK;
+    }
     size_t old = (size_t)x->cap / KVC_MM_LANES * block_elems(x->dim);
     size_t all = (size_t)cap / KVC_MM_LANES * block_elems(x->dim);
     kvc_f16 *m = realloc(x->mm, all * sizeof *m);
@@ -85,7 +116,19 @@ kvc_status kvc_minmax_add(kvc_minmax *x, const float *k, int n, int ld) {
         *cell(x, x->n, i, 1) = f16_outward(lo, 0);
     }
     x->end[x->n++] = prev + n;
+    if (x->q8 && x->n % KVC_MM_LANES == 0) { /* the open block is full: to 8 bits, and cleared */
+        kvc_mm_q8_encode(x->mm, x->dim, x->qb + (size_t)x->nq++ * kvc_mm_q8_bytes(x->dim));
+        memset(x->mm, 0, block_elems(x->dim) * sizeof *x->mm);
+    }
     return KVC_OK;
+}
+
+/* The max (which 0) or min (which 1) of channel c of unit u as the index holds it. */
+static float stored(const kvc_minmax *x, int u, int c, int which) {
+    if (x->q8 && u / KVC_MM_LANES < x->nq)
+        return kvc_mm_q8_value(x->qb + (size_t)(u / KVC_MM_LANES) * kvc_mm_q8_bytes(x->dim), x->dim,
+                               u % KVC_MM_LANES, c, which);
+    return kvc_f16_to_f32(*cell(x, u, c, which));
 }
 
 void kvc_minmax_bounds(const kvc_minmax *x, int u, const float *q, int G, int ldq, float *out) {
@@ -93,11 +136,16 @@ void kvc_minmax_bounds(const kvc_minmax *x, int u, const float *q, int G, int ld
         const float *qg = q + (size_t)g * ldq;
         float s = 0.0f;
         for (int i = 0; i < x->dim; i++) {
-            float a = qg[i] * kvc_f16_to_f32(*cell(x, u, i, 0)), c = qg[i] * kvc_f16_to_f32(*cell(x, u, i, 1));
+            float a = qg[i] * stored(x, u, i, 0), c = qg[i] * stored(x, u, i, 1);
             s += a > c ? a : c;
         }
         out[g] = s;
     }
+}
+
+void kvc_minmax_unit_range(const kvc_minmax *x, int u, int c, float *mx, float *mn) {
+    *mx = stored(x, u, c, 0);
+    *mn = stored(x, u, c, 1);
 }
 
 static int mm_n_units(const void *index) { return ((const kvc_minmax *)index)->n; }
@@ -138,13 +186,22 @@ static void mm_score(const void *index, const float *q, int G, int ldq, float *s
             qpm[(size_t)g * 2 * d + i] = v > 0.0f ? v : 0.0f;
             qpm[(size_t)g * 2 * d + d + i] = v < 0.0f ? v : 0.0f;
         }
-    kvc_minmax_k.score(x->mm, x->n, d, qpm, G, scores);
+    if (x->q8) { /* full blocks in 8 bits, then the open f16 block */
+        int full = x->nq * KVC_MM_LANES;
+        if (x->nq) kvc_minmax_k.score_q8(x->qb, x->nq, d, qpm, G, scores);
+        if (x->n > full) kvc_minmax_k.score(x->mm, x->n - full, d, qpm, G, scores + full);
+    } else {
+        kvc_minmax_k.score(x->mm, x->n, d, qpm, G, scores);
+    }
     if (qpm != stack) free(qpm);
 }
 
 static uint64_t mm_bytes(const void *index) {
     const kvc_minmax *x = index;
     uint64_t blocks = ((uint64_t)x->n + KVC_MM_LANES - 1) / KVC_MM_LANES;
+    if (x->q8) /* the q8 blocks held and the open f16 block */
+        return sizeof *x + (uint64_t)x->n * sizeof(int32_t) + (uint64_t)x->nq * kvc_mm_q8_bytes(x->dim) +
+               (x->mm ? block_elems(x->dim) * sizeof(kvc_f16) : 0);
     return sizeof *x + (uint64_t)x->n * sizeof(int32_t) + blocks * block_elems(x->dim) * sizeof(kvc_f16);
 }
 
@@ -153,6 +210,7 @@ static void mm_free(void *index) {
     if (!x) return;
     free(x->end);
     free(x->mm);
+    free(x->qb);
     free(x);
 }
 

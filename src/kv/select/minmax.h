@@ -28,8 +28,19 @@
 
 typedef struct kvc_minmax kvc_minmax;
 
-/* An empty index over rows of dim elements. */
+/* An empty index over rows of dim elements (f16 blocks). */
 kvc_status kvc_minmax_create(int dim, kvc_minmax **out);
+
+/* The same with the format chosen: q8 != 0 stores full blocks of 16 units in
+ * 8 bits (minmax_block.h, "q8": per block and channel a grid over the block's
+ * range, codes rounded outward, so the bound still holds; 40 · dim bytes per
+ * 16 units against 64 · dim), the open last block in f16. */
+kvc_status kvc_minmax_create_fmt(int dim, int q8, kvc_minmax **out);
+int kvc_minmax_is_q8(const kvc_minmax *x);
+
+/* The interval [*mn, *mx] the index holds for channel c of unit u (it
+ * contains every key element of the unit's channel c). */
+void kvc_minmax_unit_range(const kvc_minmax *x, int u, int c, float *mx, float *mn);
 
 /* Appends one unit of n >= 1 keys k [n][ld], covering the n tokens after the
  * previous unit. */
