@@ -293,12 +293,15 @@ static void test_sentkv_layout(void **state) {
     (void)state;
     check_layout("sentkv:0.1", 14, 8);
     check_layout("sentkv:0.1,L=20,delta=4,block=64", 20, 4);
+    check_layout("sentkv:0.1,profile=q8", 14, 8); /* the 8-bit profiles: the same units */
 }
 
 static void test_sentkv_all_is_full(void **state) {
     (void)state;
     run_out ro;
     run("sentkv:usage=1", 1, 1.0, &ro);
+    assert_true(ro.st.read_fraction > 0.999);
+    run("sentkv:usage=1,profile=q8", 1, 1.0, &ro);
     assert_true(ro.st.read_fraction > 0.999);
 }
 
@@ -309,6 +312,7 @@ static void test_sentkv_usage(void **state) {
     assert_true(ro.st.reuse_rate > 0.0);
     run("sentkv:usage=0.2,split=length", 0, 0.2, &ro);
     run("sentkv:usage=0.2,split=punct,cap=30", 0, 0.2, &ro);
+    run("sentkv:usage=0.1,profile=q8", 0, 0.1, &ro);
 }
 
 /* Streaming: live tokens = sinks + the recent window (the hot window may hold
@@ -415,9 +419,9 @@ static void test_far_near_reuse(void **state) {
     close(fa), close(fb);
     kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
     kvc_cache *a, *b;
-    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s", pa);
+    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,profile=q8", pa); /* far tier with 8-bit profiles */
     assert_int_equal(kvc_cache_create(&shape, spec, NULL, &a), KVC_OK);
-    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,near=0", pb);
+    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,near=0,profile=q8", pb);
     assert_int_equal(kvc_cache_create(&shape, spec, NULL, &b), KVC_OK);
     size_t row = (size_t)NKV * HD;
     float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
@@ -455,6 +459,7 @@ static void test_bad_specs(void **state) {
     (void)state;
     assert_int_equal(kvc_method_validate("sentkv:usage=-0.1"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("sentkv:split=commas"), KVC_ERR_ARG);
+    assert_int_equal(kvc_method_validate("sentkv:profile=q4"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("sentkv:L=0"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("streaming:sinks=-1"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("sentkv:0.2,L=20,delta=5,split=flat"), KVC_OK);
