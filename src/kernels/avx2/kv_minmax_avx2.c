@@ -3,7 +3,8 @@
  * channel the halves' max and min values are widened by VCVTPH2PS and
  * multiplied into four accumulators per head (q⁺ against max, q⁻ against min,
  * per half), heads in pairs (8 accumulators, 4 data and 2 broadcast
- * registers of the 16); the best head is kept per lane. */
+ * registers of the 16); the best head is kept per lane. The head loops are
+ * unrolled by pragma so the accumulators stay in registers. */
 #include <immintrin.h>
 
 #include "kv/select/minmax_block.h"
@@ -17,12 +18,15 @@ static inline __m256 widen(const kvc_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_
 /* The best of heads [0, hg) of qpm over one block, merged into best[0..1]. */
 ALWAYS_INLINE void block_heads(const kvc_f16 *b, int dim, const float *qpm, int hg, __m256 *best, int first) {
     __m256 a[HG][4];
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++)
+        #pragma GCC unroll 16
         for (int k = 0; k < 4; k++) a[h][k] = _mm256_setzero_ps();
     for (int c = 0; c < dim; c++) {
         const kvc_f16 *row = b + (size_t)c * 2 * KVC_MM_LANES;
         __m256 hi0 = widen(row), hi1 = widen(row + 8);
         __m256 lo0 = widen(row + KVC_MM_LANES), lo1 = widen(row + KVC_MM_LANES + 8);
+        #pragma GCC unroll 16
         for (int h = 0; h < hg; h++) {
             const float *qp = qpm + (size_t)h * 2 * dim;
             __m256 p = _mm256_broadcast_ss(qp + c), m = _mm256_broadcast_ss(qp + dim + c);
@@ -32,6 +36,7 @@ ALWAYS_INLINE void block_heads(const kvc_f16 *b, int dim, const float *qpm, int 
             a[h][3] = _mm256_fmadd_ps(m, lo1, a[h][3]);
         }
     }
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++) {
         __m256 s0 = _mm256_add_ps(a[h][0], a[h][2]), s1 = _mm256_add_ps(a[h][1], a[h][3]);
         if (first && h == 0) {
@@ -78,13 +83,16 @@ ALWAYS_INLINE void block_heads_q8(const uint8_t *b, int dim, const float *qpm, i
     const float *base = (const float *)(const void *)b, *step = base + dim;
     const uint8_t *codes = b + (size_t)dim * 2 * sizeof(float);
     __m256 a[HG][4];
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++)
+        #pragma GCC unroll 16
         for (int k = 0; k < 4; k++) a[h][k] = _mm256_setzero_ps();
     for (int c = 0; c < dim; c++) {
         const uint8_t *row = codes + (size_t)c * 2 * KVC_MM_LANES;
         __m256 bs = _mm256_broadcast_ss(base + c), st = _mm256_broadcast_ss(step + c);
         __m256 hi0 = q8_values(row, st, bs), hi1 = q8_values(row + 8, st, bs);
         __m256 lo0 = q8_values(row + KVC_MM_LANES, st, bs), lo1 = q8_values(row + KVC_MM_LANES + 8, st, bs);
+        #pragma GCC unroll 16
         for (int h = 0; h < hg; h++) {
             const float *qp = qpm + (size_t)h * 2 * dim;
             __m256 p = _mm256_broadcast_ss(qp + c), m = _mm256_broadcast_ss(qp + dim + c);
@@ -94,6 +102,7 @@ ALWAYS_INLINE void block_heads_q8(const uint8_t *b, int dim, const float *qpm, i
             a[h][3] = _mm256_fmadd_ps(m, lo1, a[h][3]);
         }
     }
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++) {
         __m256 s0 = _mm256_add_ps(a[h][0], a[h][2]), s1 = _mm256_add_ps(a[h][1], a[h][3]);
         if (first && h == 0) {

@@ -4,7 +4,10 @@
  * VCVTPH2PS and multiplied into two accumulators per head (q⁺ against max,
  * q⁻ against min: independent FMA chains), heads in groups of up to 4 with the
  * group size a compile-time constant; the group's best head is kept per lane.
- * A block of 64 channels is 4 KiB, so a second head group rereads it from L1. */
+ * A block of 64 channels is 4 KiB, so a second head group rereads it from L1.
+ * The head loops are unrolled by pragma: without it GCC kept the
+ * accumulators on the stack (a store and a reload per FMA), 3.4x slower on
+ * blocks in L2 (docs/benchmarks.md, "SentKV toward 5x"). */
 #include <immintrin.h>
 
 #include "kv/select/minmax_block.h"
@@ -16,17 +19,20 @@ enum { HG = 4 };
 /* The best of heads [0, hg) of qpm over one block, merged into *best. */
 ALWAYS_INLINE void block_heads(const kvc_f16 *b, int dim, const float *qpm, int hg, __m512 *best, int first) {
     __m512 ah[HG], al[HG];
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++) ah[h] = al[h] = _mm512_setzero_ps();
     for (int c = 0; c < dim; c++) {
         const kvc_f16 *row = b + (size_t)c * 2 * KVC_MM_LANES;
         __m512 hi = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)row));
         __m512 lo = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(row + KVC_MM_LANES)));
+        #pragma GCC unroll 16
         for (int h = 0; h < hg; h++) {
             const float *qp = qpm + (size_t)h * 2 * dim;
             ah[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[c]), hi, ah[h]);
             al[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[dim + c]), lo, al[h]);
         }
     }
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++) {
         __m512 s = _mm512_add_ps(ah[h], al[h]);
         *best = first && h == 0 ? s : _mm512_max_ps(*best, s);
@@ -59,6 +65,7 @@ ALWAYS_INLINE void block_heads_q8(const uint8_t *b, int dim, const float *qpm, i
     const float *base = (const float *)(const void *)b, *step = base + dim;
     const uint8_t *codes = b + (size_t)dim * 2 * sizeof(float);
     __m512 ah[HG], al[HG];
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++) ah[h] = al[h] = _mm512_setzero_ps();
     for (int c = 0; c < dim; c++) {
         const uint8_t *row = codes + (size_t)c * 2 * KVC_MM_LANES;
@@ -67,12 +74,14 @@ ALWAYS_INLINE void block_heads_q8(const uint8_t *b, int dim, const float *qpm, i
         __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(row + KVC_MM_LANES))));
         hi = _mm512_fmadd_ps(st, hi, bs);
         lo = _mm512_fmadd_ps(st, lo, bs);
+        #pragma GCC unroll 16
         for (int h = 0; h < hg; h++) {
             const float *qp = qpm + (size_t)h * 2 * dim;
             ah[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[c]), hi, ah[h]);
             al[h] = _mm512_fmadd_ps(_mm512_set1_ps(qp[dim + c]), lo, al[h]);
         }
     }
+    #pragma GCC unroll 16
     for (int h = 0; h < hg; h++) {
         __m512 s = _mm512_add_ps(ah[h], al[h]);
         *best = first && h == 0 ? s : _mm512_max_ps(*best, s);
