@@ -27,6 +27,34 @@ static float frand(void) { return (float)kvc_rng_unit(&rng) * 2.0f - 1.0f; }
 
 enum { KIND_RANDOM, KIND_ZERO, KIND_HUGE, KIND_QPOS, KIND_QNEG };
 
+/* Blocks of n random units (max/min per channel, of the given kind) in the
+ * f16 block layout; their f16 values also into hi/lo when not NULL. */
+static void random_blocks(kvc_f16 *blk, int n, int dim, int kind, float *hi, float *lo) {
+    for (int u = 0; u < n; u++)
+        for (int c = 0; c < dim; c++) {
+            float x = frand() * 3.0f, y = frand() * 3.0f;
+            if (kind == KIND_ZERO) x = y = 0.0f;
+            if (kind == KIND_HUGE) x *= 2e4f, y *= 2e4f;
+            kvc_f16 *row = blk + (size_t)(u / KVC_MM_LANES) * dim * 2 * KVC_MM_LANES + (size_t)c * 2 * KVC_MM_LANES;
+            row[u % KVC_MM_LANES] = kvc_f32_to_f16(x > y ? x : y);
+            row[KVC_MM_LANES + u % KVC_MM_LANES] = kvc_f32_to_f16(x > y ? y : x);
+            if (hi) hi[(size_t)u * dim + c] = kvc_f16_to_f32(row[u % KVC_MM_LANES]);
+            if (lo) lo[(size_t)u * dim + c] = kvc_f16_to_f32(row[KVC_MM_LANES + u % KVC_MM_LANES]);
+        }
+}
+
+/* G random queries split into [q+ | q-] (of the given kind). */
+static void random_query(float *qpm, int G, int dim, int kind) {
+    for (int g = 0; g < G; g++)
+        for (int c = 0; c < dim; c++) {
+            float v = frand();
+            if (kind == KIND_QPOS) v = fabsf(v);
+            if (kind == KIND_QNEG) v = -fabsf(v);
+            qpm[(size_t)g * 2 * dim + c] = v > 0.0f ? v : 0.0f;
+            qpm[(size_t)g * 2 * dim + dim + c] = v < 0.0f ? v : 0.0f;
+        }
+}
+
 static void run_case(int n, int dim, int G, int kind) {
     int nb = (n + KVC_MM_LANES - 1) / KVC_MM_LANES;
     size_t ne = (size_t)nb * dim * 2 * KVC_MM_LANES;
@@ -36,26 +64,8 @@ static void run_case(int n, int dim, int G, int kind) {
     float *a = malloc(sizeof(float) * (size_t)(n + 1)), *b = malloc(sizeof(float) * (size_t)(n + 1));
     assert_non_null(blk);
     assert_non_null(a);
-    for (int u = 0; u < n; u++)
-        for (int c = 0; c < dim; c++) {
-            float x = frand() * 3.0f, y = frand() * 3.0f;
-            if (kind == KIND_ZERO) x = y = 0.0f;
-            if (kind == KIND_HUGE) x *= 2e4f, y *= 2e4f;
-            float mx = x > y ? x : y, mn = x > y ? y : x;
-            kvc_f16 *row = blk + (size_t)(u / KVC_MM_LANES) * dim * 2 * KVC_MM_LANES + (size_t)c * 2 * KVC_MM_LANES;
-            row[u % KVC_MM_LANES] = kvc_f32_to_f16(mx);
-            row[KVC_MM_LANES + u % KVC_MM_LANES] = kvc_f32_to_f16(mn);
-            hi[(size_t)u * dim + c] = kvc_f16_to_f32(row[u % KVC_MM_LANES]);
-            lo[(size_t)u * dim + c] = kvc_f16_to_f32(row[KVC_MM_LANES + u % KVC_MM_LANES]);
-        }
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < dim; c++) {
-            float v = frand();
-            if (kind == KIND_QPOS) v = fabsf(v);
-            if (kind == KIND_QNEG) v = -fabsf(v);
-            qpm[(size_t)g * 2 * dim + c] = v > 0.0f ? v : 0.0f;
-            qpm[(size_t)g * 2 * dim + dim + c] = v < 0.0f ? v : 0.0f;
-        }
+    random_blocks(blk, n, dim, kind, hi, lo);
+    random_query(qpm, G, dim, kind);
     a[n] = b[n] = 12345.0f; /* sentinel past the last unit */
     kvc_minmax_ref.score(blk, n, dim, qpm, G, a);
     kvc_minmax_k.score(blk, n, dim, qpm, G, b);
@@ -85,25 +95,10 @@ static void run_case_q8(int nb, int dim, int G, int kind) {
     float *a = malloc(sizeof(float) * (size_t)(n + 1)), *b = malloc(sizeof(float) * (size_t)(n + 1));
     assert_non_null(blk);
     assert_non_null(q8);
-    for (int u = 0; u < n; u++)
-        for (int c = 0; c < dim; c++) {
-            float x = frand() * 3.0f, y = frand() * 3.0f;
-            if (kind == KIND_ZERO) x = y = 0.0f;
-            if (kind == KIND_HUGE) x *= 2e4f, y *= 2e4f;
-            kvc_f16 *row = blk + (size_t)(u / KVC_MM_LANES) * dim * 2 * KVC_MM_LANES + (size_t)c * 2 * KVC_MM_LANES;
-            row[u % KVC_MM_LANES] = kvc_f32_to_f16(x > y ? x : y);
-            row[KVC_MM_LANES + u % KVC_MM_LANES] = kvc_f32_to_f16(x > y ? y : x);
-        }
+    random_blocks(blk, n, dim, kind, NULL, NULL);
     double *mag = calloc((size_t)n, sizeof *mag);
     for (int k = 0; k < nb; k++) kvc_mm_q8_encode(blk + (size_t)k * dim * 2 * KVC_MM_LANES, dim, q8 + (size_t)k * bq);
-    for (int g = 0; g < G; g++)
-        for (int c = 0; c < dim; c++) {
-            float v = frand();
-            if (kind == KIND_QPOS) v = fabsf(v);
-            if (kind == KIND_QNEG) v = -fabsf(v);
-            qpm[(size_t)g * 2 * dim + c] = v > 0.0f ? v : 0.0f;
-            qpm[(size_t)g * 2 * dim + dim + c] = v < 0.0f ? v : 0.0f;
-        }
+    random_query(qpm, G, dim, kind);
     for (int u = 0; u < n; u++)
         for (int c = 0; c < dim; c++) {
             const uint8_t *qb = q8 + (size_t)(u / KVC_MM_LANES) * bq;
