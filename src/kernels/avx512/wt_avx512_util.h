@@ -62,4 +62,30 @@ KVC_AINLINE size_t kvc_prefetch_distance(size_t stride) {
     return (groups ? groups : 1) * 4 * stride;
 }
 
+/* The two decode entry points of a row kernel `rows(w, stride, act, n, y, R)`
+ * that computes R (1 or 4, a compile-time constant after inlining) rows:
+ * `dot` (one row) and `dot_rows` (four rows at a time, the rest one by one),
+ * with a software prefetch a fixed distance ahead, also past this call's rows
+ * (the next task's; prefetches never fault). A macro rather than a function
+ * taking `rows` as a pointer, so that every type's kernel is inlined with its
+ * constant R exactly as when each file spelled the loop out. */
+#define KVC_WT_DOT_ENTRY_POINTS_AVX512(dot_fn, dot_rows_fn, rows)                                  \
+    static float dot_fn(const void *row, const void *act, int64_t n) {                             \
+        float y;                                                                                   \
+        rows(row, 0, act, n, &y, 1);                                                               \
+        return y;                                                                                  \
+    }                                                                                              \
+    static void dot_rows_fn(const void *w, size_t stride, int64_t nrows, const void *act,          \
+                            int64_t n, float *y) {                                                 \
+        const uint8_t *p = w;                                                                      \
+        int64_t r = 0;                                                                             \
+        const size_t ahead = kvc_prefetch_distance(stride);                                        \
+        if (nrows >= 4) kvc_prefetch_rows(p + 4 * stride, ahead);                                  \
+        for (; r + 4 <= nrows; r += 4) {                                                           \
+            kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);                   \
+            rows(p + (size_t)r * stride, stride, act, n, y + r, 4);                                \
+        }                                                                                          \
+        for (; r < nrows; r++) rows(p + (size_t)r * stride, stride, act, n, y + r, 1);             \
+    }
+
 #endif

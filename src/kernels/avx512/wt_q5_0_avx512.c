@@ -94,25 +94,7 @@ KVC_AINLINE void q5_0_rows(const uint8_t *w, size_t stride, const void *act, int
         y[r] = _mm512_reduce_add_ps(_mm512_fmadd_ps(accm[r], _mm512_set1_ps(-16.0f), acc[r]));
 }
 
-static float dot_q5_0_q8_0_avx512(const void *row, const void *act, int64_t n) {
-    float y;
-    q5_0_rows(row, 0, act, n, &y, 1);
-    return y;
-}
-
-static void dot_rows_q5_0_q8_0_avx512(const void *w, size_t stride, int64_t nrows, const void *act,
-                                      int64_t n, float *y) {
-    const uint8_t *p = w;
-    int64_t r = 0;
-    const size_t ahead = kvc_prefetch_distance(stride); /* as wt_q4_0_avx512.c */
-    if (nrows >= 4) kvc_prefetch_rows(p + 4 * stride, ahead);
-    for (; r + 4 <= nrows; r += 4) {
-        kvc_prefetch_rows(p + (size_t)(r + 4) * stride + ahead, 4 * stride);
-        q5_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 4);
-    }
-    for (; r < nrows; r++)
-        q5_0_rows(p + (size_t)r * stride, stride, act, n, y + r, 1);
-}
+KVC_WT_DOT_ENTRY_POINTS_AVX512(dot_q5_0_q8_0_avx512, dot_rows_q5_0_q8_0_avx512, q5_0_rows)
 
 /* ---- batches (kvc_matmul): four rows unpacked once, then two tokens at a time ---- */
 
