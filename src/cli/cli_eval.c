@@ -221,6 +221,18 @@ static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_
     }
 }
 
+/* Opens a method's JSON object: its spec as given and in canonical form,
+ * whether it ran, and the error if it did not. */
+static void method_json_head(kvc_json *j, const char *spec, kvc_status st, const char *error) {
+    char canon[512];
+    kvc_report_canonical_spec(spec, canon, sizeof canon);
+    kvc_json_obj_begin(j);
+    kvc_json_kv_str(j, "spec", spec);
+    kvc_json_kv_str(j, "canonical", canon);
+    kvc_json_kv_bool(j, "ok", st == KVC_OK);
+    if (st != KVC_OK) kvc_json_kv_str(j, "error", error);
+}
+
 static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_report *r) {
     kvc_json j;
     kvc_json_init(&j, stdout, 1);
@@ -266,14 +278,8 @@ static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_r
     kvc_json_arr_begin(&j);
     for (int k = 0; k < r->n_methods; k++) {
         const kvc_eval_kl_method *m = &r->methods[k];
-        char canon[512];
-        kvc_report_canonical_spec(m->spec, canon, sizeof canon);
-        kvc_json_obj_begin(&j);
-        kvc_json_kv_str(&j, "spec", m->spec);
-        kvc_json_kv_str(&j, "canonical", canon);
-        kvc_json_kv_bool(&j, "ok", m->status == KVC_OK);
+        method_json_head(&j, m->spec, m->status, m->error);
         if (m->status != KVC_OK) {
-            kvc_json_kv_str(&j, "error", m->error);
             kvc_json_obj_end(&j);
             continue;
         }
@@ -471,13 +477,7 @@ static void ruler_json(const eval_opts *o, const eval_setup *s, const kvc_eval_r
     kvc_json_arr_begin(&j);
     for (int k = 0; k < r->n_methods; k++) {
         const kvc_eval_ruler_method *m = &r->methods[k];
-        char canon[512];
-        kvc_report_canonical_spec(m->spec, canon, sizeof canon);
-        kvc_json_obj_begin(&j);
-        kvc_json_kv_str(&j, "spec", m->spec);
-        kvc_json_kv_str(&j, "canonical", canon);
-        kvc_json_kv_bool(&j, "ok", m->status == KVC_OK);
-        if (m->status != KVC_OK) kvc_json_kv_str(&j, "error", m->error);
+        method_json_head(&j, m->spec, m->status, m->error);
         kvc_json_kv_num(&j, "mean_accuracy", method_mean(r, k));
         kvc_json_key(&j, "accuracy");
         kvc_json_obj_begin(&j);
