@@ -19,9 +19,12 @@
 
 enum { PV_TOKENS = 256 };
 
-/* The 16-channel mask of piece r (channels 16r .. 16r+15) for group size g. */
-ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, int g, int r) {
-    int gpp = 16 / g, pos = r * gpp;
+/* The 16-channel mask of piece r (channels 16r .. 16r+15): the piece's
+ * 16 / g group bits, each spread over its g channels. g is a compile-time
+ * constant after inlining (a run-time g cost an integer division per token). */
+ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, const int g, int r) {
+    const int gpp = 16 / g;
+    const int pos = r * gpp;
     unsigned gb = (bits[pos >> 5] >> (pos & 31)) & ((1u << gpp) - 1);
     if (g == 1) return gb;
     if (g == 2) return _pdep_u32(gb, 0x5555u) * 3u;
@@ -39,34 +42,69 @@ ALWAYS_INLINE __m512 expand_piece(const kvc_f16 **p, unsigned m) {
     return _mm512_cvtph_ps(x);
 }
 
-/* Heads [0, G) with G a compile-time constant after inlining, so that the
- * accumulators stay in registers. */
+/* Query channels c0 .. c0+15 of head h: a plain load for a whole piece, a
+ * masked one for the last piece of a head dim that is not a multiple of 16. */
+ALWAYS_INLINE __m512 load_q(const float *q, int ldq, int h, int c0, __mmask16 lanes) {
+    return lanes == 0xffff ? _mm512_loadu_ps(q + (size_t)h * ldq + c0)
+                           : _mm512_maskz_loadu_ps(lanes, q + (size_t)h * ldq + c0);
+}
+
+/* The lanes of piece r that are channels of a d-channel vector. */
+ALWAYS_INLINE __mmask16 piece_lanes(int d, int r) {
+    int w = d - 16 * r;
+    return (__mmask16)(w >= 16 ? 0xffff : w <= 0 ? 0 : (1u << w) - 1);
+}
+
+/* The 32-channel mask of word r (channels 32r .. 32r+31) for q·k: one
+ * VPEXPANDW of a whole zmm per 32 channels halves the per-piece work (mask,
+ * popcount, expand) against pieces of 16. */
+ALWAYS_INLINE uint32_t word_mask(const uint32_t *bits, const int g, int r) {
+    if (g == 1) return bits[r];
+    const int gpw = 32 / g, pos = r * gpw;
+    uint32_t gb = (bits[pos >> 5] >> (pos & 31)) & ((1u << gpw) - 1);
+    if (g == 2) return _pdep_u32(gb, 0x55555555u) * 3u;
+    return _pdep_u32(gb, 0x11111111u) * 15u;
+}
+
+/* Heads [0, G) and group size g compile-time constants after inlining, so that
+ * the accumulators stay in registers and the masks need no division. A word
+ * of 32 channels is expanded at once; its upper 16 channels are skipped when
+ * they lie past d (d is a multiple of 4, so only the last word can be short). */
 ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, const int G, int ldq,
-                            float *s, int lds) {
-    int d = k->d, g = k->group, np = (d + 15) / 16;
+                            float *s, int lds, const int g) {
+    const int d = k->d, nwd = (d + 31) / 32, nw = k->nw, nv = k->nv;
+    const __mmask16 last_lo = piece_lanes(d, 2 * (nwd - 1)), last_hi = piece_lanes(d, 2 * nwd - 1);
     for (int t = 0; t < n; t++) {
-        const uint32_t *bits = k->bits + (size_t)t * k->nw;
-        const kvc_f16 *vp = k->vals + (size_t)t * k->nv;
+        const uint32_t *bits = k->bits + (size_t)t * nw;
+        const kvc_f16 *vp = k->vals + (size_t)t * nv;
         /* the two streams (bitmaps, values) run ahead of the hardware
          * prefetcher, within the range only: past its end lie tokens that a
          * selecting method skipped (the driver prefetches the next range) */
         if (t + 8 < n) {
-            _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv), _MM_HINT_T0);
-            _mm_prefetch((const char *)(vp + 8 * (size_t)k->nv) + 64, _MM_HINT_T0);
+            _mm_prefetch((const char *)(vp + 8 * (size_t)nv), _MM_HINT_T0);
+            _mm_prefetch((const char *)(vp + 8 * (size_t)nv) + 64, _MM_HINT_T0);
         }
-        if (t + 16 < n) _mm_prefetch((const char *)(bits + 16 * (size_t)k->nw), _MM_HINT_T0);
+        if (t + 16 < n) _mm_prefetch((const char *)(bits + 16 * (size_t)nw), _MM_HINT_T0);
         __m512 acc[8];
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm512_setzero_ps();
-        for (int r = 0; r < np; r++) {
-            unsigned m = piece_mask(bits, g, r);
+        for (int r = 0; r < nwd; r++) {
+            uint32_t m = word_mask(bits, g, r);
             if (!m) continue;
-            int c0 = 16 * r, w = d - c0 < 16 ? d - c0 : 16;
-            __mmask16 lanes = (__mmask16)((1u << w) - 1);
-            __m512 f = expand_piece(&vp, m);
+            __m512i raw = _mm512_loadu_si512((const void *)vp);
+            __asm__("" : "+v"(raw)); /* a plain load, as in expand_piece */
+            vp += __builtin_popcount(m);
+            __m512i x = _mm512_maskz_expand_epi16((__mmask32)m, raw);
+            const int c0 = 32 * r;
+            const __mmask16 lo = r + 1 < nwd ? 0xffff : last_lo, hi = r + 1 < nwd ? 0xffff : last_hi;
+            __m512 f = _mm512_cvtph_ps(_mm512_castsi512_si256(x));
             #pragma GCC unroll 8
-            for (int h = 0; h < G; h++)
-                acc[h] = _mm512_fmadd_ps(f, _mm512_maskz_loadu_ps(lanes, q + (size_t)h * ldq + c0), acc[h]);
+            for (int h = 0; h < G; h++) acc[h] = _mm512_fmadd_ps(f, load_q(q, ldq, h, c0, lo), acc[h]);
+            if (hi) {
+                f = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x, 1));
+                #pragma GCC unroll 8
+                for (int h = 0; h < G; h++) acc[h] = _mm512_fmadd_ps(f, load_q(q, ldq, h, c0 + 16, hi), acc[h]);
+            }
         }
 #pragma GCC unroll 2
         for (int h0 = 0; h0 < G; h0 += 4) { /* four heads reduced together */
@@ -81,29 +119,30 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
     }
 }
 
-/* Heads [0, G) over tokens [0, n), n <= PV_TOKENS; G constant after inlining. */
+/* Heads [0, G) over tokens [0, n), n <= PV_TOKENS; G and g constant after
+ * inlining. */
 ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, const int G, int ldp,
-                            float *o, int ldo) {
-    int d = v->d, g = v->group, np = (d + 15) / 16;
+                            float *o, int ldo, const int g) {
+    const int d = v->d, np = (d + 15) / 16, nw = v->nw, nv = v->nv;
     int off[PV_TOKENS];
     memset(off, 0, (size_t)n * sizeof *off);
     for (int r = 0; r < np; r++) {
-        int c0 = 16 * r, w = d - c0 < 16 ? d - c0 : 16;
-        __mmask16 lanes = (__mmask16)((1u << w) - 1);
+        const int c0 = 16 * r;
+        const __mmask16 lanes = piece_lanes(d, r);
         __m512 acc[8];
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm512_maskz_loadu_ps(lanes, o + (size_t)h * ldo + c0);
         for (int t = 0; t < n; t++) {
             if (r == 0) { /* first pass over the tokens: fetch ahead, within the range */
                 if (t + 8 < n) {
-                    _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * v->nv) + 64, _MM_HINT_T0);
+                    _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * nv), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(v->vals + (size_t)(t + 8) * nv) + 64, _MM_HINT_T0);
                 }
-                if (t + 16 < n) _mm_prefetch((const char *)(v->bits + (size_t)(t + 16) * v->nw), _MM_HINT_T0);
+                if (t + 16 < n) _mm_prefetch((const char *)(v->bits + (size_t)(t + 16) * nw), _MM_HINT_T0);
             }
-            unsigned m = piece_mask(v->bits + (size_t)t * v->nw, g, r);
+            unsigned m = piece_mask(v->bits + (size_t)t * nw, g, r);
             if (!m) continue;
-            const kvc_f16 *vp = v->vals + (size_t)t * v->nv + off[t];
+            const kvc_f16 *vp = v->vals + (size_t)t * nv + off[t];
             __m512 f = expand_piece(&vp, m);
             off[t] += __builtin_popcount(m);
             #pragma GCC unroll 8
@@ -115,32 +154,41 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
     }
 }
 
-/* Dispatches heads in groups of up to 8 to the constant-G bodies. */
-#define BY_HEADS(body, ...)                                                                        \
+/* Dispatches heads in groups of up to 8, and the group size, to the
+ * constant-(G, g) bodies. */
+#define BY_HEADS(body, g, ...)                                                                     \
     switch (gb) {                                                                                  \
-    case 1: body(__VA_ARGS__, 1); break;                                                           \
-    case 2: body(__VA_ARGS__, 2); break;                                                           \
-    case 3: body(__VA_ARGS__, 3); break;                                                           \
-    case 4: body(__VA_ARGS__, 4); break;                                                           \
-    case 5: body(__VA_ARGS__, 5); break;                                                           \
-    case 6: body(__VA_ARGS__, 6); break;                                                           \
-    case 7: body(__VA_ARGS__, 7); break;                                                           \
-    default: body(__VA_ARGS__, 8); break;                                                          \
+    case 1: body(__VA_ARGS__, 1, g); break;                                                        \
+    case 2: body(__VA_ARGS__, 2, g); break;                                                        \
+    case 3: body(__VA_ARGS__, 3, g); break;                                                        \
+    case 4: body(__VA_ARGS__, 4, g); break;                                                        \
+    case 5: body(__VA_ARGS__, 5, g); break;                                                        \
+    case 6: body(__VA_ARGS__, 6, g); break;                                                        \
+    case 7: body(__VA_ARGS__, 7, g); break;                                                        \
+    default: body(__VA_ARGS__, 8, g); break;                                                       \
+    }
+#define BY_GROUP(body, ...)                                                                        \
+    switch (group) {                                                                               \
+    case 1: BY_HEADS(body, 1, __VA_ARGS__) break;                                                  \
+    case 2: BY_HEADS(body, 2, __VA_ARGS__) break;                                                  \
+    default: BY_HEADS(body, 4, __VA_ARGS__) break;                                                 \
     }
 
-#define QK_CALL(k, n, q, ldq, s, lds, G) qk_heads(k, n, q, G, ldq, s, lds)
-#define PV_CALL(v, n, p, ldp, o, ldo, G) pv_heads(v, n, p, G, ldp, o, ldo)
+#define QK_CALL(k, n, q, ldq, s, lds, G, g) qk_heads(k, n, q, G, ldq, s, lds, g)
+#define PV_CALL(v, n, p, ldp, o, ldo, G, g) pv_heads(v, n, p, G, ldp, o, ldo, g)
 
 static void qk_avx512(const kvc_packed_view *k, int n, const float *q, int G, int ldq, float *s,
                       int lds) {
+    const int group = k->group;
     for (int h0 = 0; h0 < G; h0 += 8) {
         int gb = G - h0 < 8 ? G - h0 : 8;
-        BY_HEADS(QK_CALL, k, n, q + (size_t)h0 * ldq, ldq, s + (size_t)h0 * lds, lds)
+        BY_GROUP(QK_CALL, k, n, q + (size_t)h0 * ldq, ldq, s + (size_t)h0 * lds, lds)
     }
 }
 
 static void pv_avx512(const kvc_packed_view *v, int n, const float *p, int G, int ldp, float *o,
                       int ldo) {
+    const int group = v->group;
     for (int t0 = 0; t0 < n; t0 += PV_TOKENS) {
         kvc_packed_view w = *v;
         w.bits += (size_t)t0 * v->nw;
@@ -148,7 +196,7 @@ static void pv_avx512(const kvc_packed_view *v, int n, const float *p, int G, in
         int nt = n - t0 < PV_TOKENS ? n - t0 : PV_TOKENS;
         for (int h0 = 0; h0 < G; h0 += 8) {
             int gb = G - h0 < 8 ? G - h0 : 8;
-            BY_HEADS(PV_CALL, &w, nt, p + t0 + (size_t)h0 * ldp, ldp, o + (size_t)h0 * ldo, ldo)
+            BY_GROUP(PV_CALL, &w, nt, p + t0 + (size_t)h0 * ldp, ldp, o + (size_t)h0 * ldo, ldo)
         }
     }
 }
