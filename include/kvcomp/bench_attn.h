@@ -46,9 +46,10 @@ typedef struct kvc_bench_attn_row {
     double ratio;            /* median_s / median_s of the first method at this ctx */
     double fill_s;           /* time to fill the cache */
     /* Mean per timed layer step: scoring the selectable units, choosing the
-     * top ones, and the rest of the attention (kv/attend.h kvc_attend_times;
-     * score and top-k are thread time, 0 without selection). */
-    double score_s, topk_s, attn_s;
+     * top ones (thread time summed over the threads, 0 without selection),
+     * the wall time of the whole selection, and the rest of the attention's
+     * wall time (kv/attend.h kvc_attend_times). */
+    double score_s, topk_s, select_wall_s, attn_s;
     kvc_cache_stats stats;
 } kvc_bench_attn_row;
 

@@ -116,6 +116,7 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
         if (st == KVC_OK) {
             row->score_s = (t_after.score_s - t_before.score_s) / n;
             row->topk_s = (t_after.topk_s - t_before.topk_s) / n;
+            row->select_wall_s = (t_after.select_wall_s - t_before.select_wall_s) / n;
             row->attn_s = (t_after.attn_s - t_before.attn_s) / n;
             qsort(t, (size_t)n, sizeof(double), cmp_d);
             row->reps = n;

@@ -4,7 +4,13 @@
  *   1. plan: scale q by 1/sqrt(d); prepare_q once per transform group; if the
  *      method gave a budget, score the units of every selectable chunk, keep
  *      the best within the budget (or reuse the previous selection); cut the
- *      attended ranges into tiles of <= TILE tokens (work items);
+ *      attended ranges into tiles of <= TILE tokens (work items). With
+ *      selection this runs in three rounds on the pool: the queries per
+ *      request; the scoring of all requests' units as tasks of about equal
+ *      unit counts (a KV head's units are most of the planning's work, and
+ *      heads are often fewer than or not a multiple of the threads: 3 heads
+ *      on 2 threads left one thread scoring two); the top-k and the work
+ *      items per request;
  *   2. attend: the items are split into parts (flash-decoding when streams are
  *      fewer than threads); a part runs qk, an online softmax and pv per item,
  *      with a separate accumulator per transform group that is mapped back by
@@ -26,6 +32,12 @@
 #include "kv/softmax.h"
 
 enum { TILE = 256, MAX_THREADS = 256, SERIAL_TOKENS = 8192 };
+/* Scoring tasks: about total units / (SCORE_TASKS_PER_THREAD * threads) units
+ * each (dynamic hand-out evens out a thread slowed by a neighbour), within
+ * [SCORE_TASK_MIN, SCORE_TASK_MAX] (a 16-unit min/max block of 64 channels is
+ * 0.2-0.7 µs, so a task of 1024 units is 13-45 µs against ~0.1 µs to hand it
+ * out). */
+enum { SCORE_TASKS_PER_THREAD = 8, SCORE_TASK_MIN = 1024, SCORE_TASK_MAX = 16384 };
 
 typedef struct item {
     int ci;        /* chunk index, -1 = hot window */
@@ -47,6 +59,12 @@ typedef struct sel_cache {
     kvc_range *r;
 } sel_cache;
 
+/* A selectable chunk of a request: its units' scores at uscore + off. */
+typedef struct useg {
+    int ci, n;
+    size_t off;
+} useg;
+
 typedef struct req_state {
     float *qs;                     /* [G][d] scaled query */
     float *qt; size_t qt_cap;      /* q' of every transform group */
@@ -56,16 +74,31 @@ typedef struct req_state {
     int64_t n_tokens;
     int part0, n_parts;            /* parts [part0, part0 + n_parts) of the task list */
     float *sraw; size_t sraw_cap;  /* [G][n_tokens] raw scores when want_attn */
+    int *chunk_group; int cap_cg;  /* transform group of each chunk, -1 = none */
     /* selection scratch */
+    int reuse_hit;                 /* the previous selection stands: nothing scored */
+    useg *useg; int n_useg, cap_useg;
+    size_t nu;                     /* units of all selectable chunks */
     float *uscore; int32_t *uci; kvc_range *ur; int32_t *ulen; uint8_t *utaken; size_t ucap;
     kvc_topk_ws topk;
-    double t_score, t_topk;        /* this call's selection time */
+    double t_topk;                 /* this call's top-k time */
     kvc_status st;
 } req_state;
 
 typedef struct part {
     int req, item0, item1;
 } part;
+
+/* Scoring work: a piece is units [u0, u1) of one selectable chunk of a
+ * request; a task is a run of pieces [p0, p1). */
+typedef struct score_piece {
+    int req, seg, u0, u1;
+} score_piece;
+
+typedef struct score_task {
+    int p0, p1;
+    double t; /* thread time */
+} score_task;
 
 typedef struct thread_ws {
     float *s, *acc, *gacc, *tmp; /* scores [G][TILE]; accumulators */
@@ -75,6 +108,8 @@ typedef struct thread_ws {
 struct kvc_attend_ws {
     req_state *reqs; int cap_reqs;
     part *parts; int cap_parts;
+    score_piece *pieces; int cap_pieces;
+    score_task *stasks; int cap_stasks;
     float *pacc; size_t cap_pacc; /* per part: m[G], l[G], o[G][d] */
     thread_ws th[MAX_THREADS];
     int n_th;
@@ -90,6 +125,7 @@ kvc_status kvc_attend_ws_create(kvc_attend_ws **out) {
 
 static void req_state_free(req_state *r) {
     free(r->qs); free(r->qt); free(r->groups); free(r->items); free(r->ranges); free(r->sraw);
+    free(r->chunk_group); free(r->useg);
     free(r->uscore); free(r->uci); free(r->ur); free(r->ulen); free(r->utaken);
     kvc_topk_ws_free(&r->topk);
 }
@@ -99,6 +135,8 @@ void kvc_attend_ws_free(kvc_attend_ws *ws) {
     for (int i = 0; i < ws->cap_reqs; i++) req_state_free(&ws->reqs[i]);
     free(ws->reqs);
     free(ws->parts);
+    free(ws->pieces);
+    free(ws->stasks);
     free(ws->pacc);
     for (int i = 0; i < MAX_THREADS; i++) {
         free(ws->th[i].s); free(ws->th[i].acc); free(ws->th[i].gacc); free(ws->th[i].tmp);
@@ -108,13 +146,15 @@ void kvc_attend_ws_free(kvc_attend_ws *ws) {
 
 uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws) {
     if (!ws) return 0;
-    uint64_t b = sizeof *ws + (uint64_t)ws->cap_parts * sizeof(part) + ws->cap_pacc * 4;
+    uint64_t b = sizeof *ws + (uint64_t)ws->cap_parts * sizeof(part) + ws->cap_pacc * 4 +
+                 (uint64_t)ws->cap_pieces * sizeof(score_piece) + (uint64_t)ws->cap_stasks * sizeof(score_task);
     for (int i = 0; i < ws->cap_reqs; i++) {
         const req_state *r = &ws->reqs[i];
         b += sizeof *r + r->qt_cap * 4 + (uint64_t)r->cap_items * sizeof(item) +
              (uint64_t)r->cap_ranges * sizeof(kvc_range) + r->sraw_cap * 4 +
              r->ucap * (4 + 4 + sizeof(kvc_range) + 4 + 1) + r->topk.cap * (2 + 4) +
-             (uint64_t)r->cap_groups * sizeof(group);
+             (uint64_t)r->cap_groups * sizeof(group) + (uint64_t)r->cap_cg * sizeof(int) +
+             (uint64_t)r->cap_useg * sizeof(useg);
     }
     for (int i = 0; i < MAX_THREADS; i++)
         b += (ws->th[i].cap_s * 2 + ws->th[i].cap_acc * 2 + ws->th[i].cap_g) * 4;
@@ -193,14 +233,21 @@ typedef struct unit_ref {
     kvc_range r;
 } unit_ref;
 
-/* Selection: returns the chosen units of selectable chunks sorted by (chunk, begin). */
-static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const int *chunk_group,
-                               unit_ref **out, int *n_out) {
+/* Whether the previous step's selection stands (plan.reuse and the stream unchanged). */
+static int reuse_hit(const kvc_attend_req *rq) {
+    const kvc_stream *s = rq->s;
+    const sel_cache *sc = s->sel_cache;
+    return rq->plan.reuse && sc && sc->version == s->version;
+}
+
+/* Selection: returns the chosen units of selectable chunks sorted by (chunk,
+ * begin), from the scores plan_prep's segments received (uscore). */
+static kvc_status select_units(kvc_attend_req *rq, req_state *r, unit_ref **out, int *n_out) {
     kvc_stream *s = rq->s;
     sel_cache *sc = s->sel_cache;
     *out = NULL;
     *n_out = 0;
-    if (rq->plan.reuse && sc && sc->version == s->version) {
+    if (r->reuse_hit) {
         unit_ref *u = malloc((size_t)(sc->n ? sc->n : 1) * sizeof *u);
         if (!u) return kvc_fail(KVC_ERR_NOMEM, "selection reuse");
         for (int i = 0; i < sc->n; i++) u[i] = (unit_ref){sc->ci[i], sc->r[i]};
@@ -208,48 +255,19 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, int G, const in
         *n_out = sc->n;
         return KVC_OK;
     }
-    size_t nu = 0;
-    for (int ci = 0; ci < s->n_chunks; ci++) {
-        const kvc_chunk *c = s->chunks[ci];
-        if (c->sel.ops && !(c->flags & KVC_CHUNK_ALWAYS)) nu += (size_t)c->sel.ops->n_units(c->sel.index);
-    }
-    if (nu > r->ucap) {
-        size_t cap = nu;
-        free(r->uscore); free(r->uci); free(r->ur); free(r->ulen); free(r->utaken);
-        r->uscore = malloc(cap * sizeof *r->uscore);
-        r->uci = malloc(cap * sizeof *r->uci);
-        r->ur = malloc(cap * sizeof *r->ur);
-        r->ulen = malloc(cap * sizeof *r->ulen);
-        r->utaken = malloc(cap);
-        r->ucap = r->uscore && r->uci && r->ur && r->ulen && r->utaken ? cap : 0;
-        if (!r->ucap) return kvc_fail(KVC_ERR_NOMEM, "unit arrays (%zu units)", nu);
-    }
-    size_t k = 0;
-    double t0 = kvc_now_s();
-    for (int ci = 0; ci < s->n_chunks; ci++) {
-        const kvc_chunk *c = s->chunks[ci];
-        if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
-        int g = chunk_group[ci];
-        const float *q = g >= 0 ? r->qt + r->groups[g].q_off : r->qs;
-        int ldq = g >= 0 ? r->groups[g].xf->dim_k : s->dim;
-        c->sel.ops->score(c->sel.index, q, G, ldq, r->uscore + k);
-        k += (size_t)c->sel.ops->n_units(c->sel.index);
-    }
+    size_t nu = r->nu;
     double t1 = kvc_now_s();
-    r->t_score = t1 - t0;
-    k = 0; /* unit ranges and lengths, in (chunk, begin) order */
-    for (int ci = 0; ci < s->n_chunks; ci++) {
-        const kvc_chunk *c = s->chunks[ci];
-        if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
-        int n = c->sel.ops->n_units(c->sel.index);
+    for (int gi = 0; gi < r->n_useg; gi++) { /* unit ranges and lengths, in (chunk, begin) order */
+        const useg *g = &r->useg[gi];
+        const kvc_chunk *c = s->chunks[g->ci];
         const int32_t *ends = c->sel.ops->ends ? c->sel.ops->ends(c->sel.index) : NULL;
-        for (int u = 0; u < n; u++) {
+        size_t k = g->off;
+        for (int u = 0; u < g->n; u++) {
             kvc_range x = ends ? (kvc_range){u ? ends[u - 1] : 0, ends[u]} : c->sel.ops->unit(c->sel.index, u);
-            r->uci[k + u] = ci;
+            r->uci[k + u] = g->ci;
             r->ur[k + u] = x;
             r->ulen[k + u] = x.end - x.begin;
         }
-        k += (size_t)n;
     }
     if (kvc_topk_greedy(&r->topk, r->uscore, r->ulen, nu, rq->plan.budget, r->utaken) < 0)
         return kvc_fail(KVC_ERR_NOMEM, "unit selection (%zu units)", nu);
@@ -284,12 +302,18 @@ typedef struct plan_ctx {
     const kvc_attend_opts *o;
 } plan_ctx;
 
-static kvc_status plan_one(kvc_attend_req *rq, int idx, req_state *r, const kvc_attend_opts *o) {
+/* Planning, first round: the scaled query, the transform groups (q' per
+ * group) and, when units are to be scored, the selectable chunks as segments
+ * of the score array. */
+static kvc_status plan_prep(kvc_attend_req *rq, req_state *r, const kvc_attend_opts *o) {
     kvc_stream *s = rq->s;
     int G = o->G, d = s->dim;
     r->n_groups = r->n_items = r->n_ranges = 0;
     r->n_tokens = 0;
-    r->t_score = r->t_topk = 0.0;
+    r->t_topk = 0.0;
+    r->n_useg = 0;
+    r->nu = 0;
+    r->reuse_hit = 0;
     float *qs = realloc(r->qs, (size_t)G * d * sizeof *qs);
     if (!qs) return kvc_fail(KVC_ERR_NOMEM, "scaled query");
     r->qs = qs;
@@ -297,8 +321,9 @@ static kvc_status plan_one(kvc_attend_req *rq, int idx, req_state *r, const kvc_
     for (int i = 0; i < G * d; i++) qs[i] = rq->q[i] * scale;
 
     /* transform groups: runs of consecutive chunks with the same xf */
-    int *chunk_group = malloc((size_t)(s->n_chunks ? s->n_chunks : 1) * sizeof *chunk_group);
-    if (!chunk_group) return kvc_fail(KVC_ERR_NOMEM, "chunk groups");
+    if (!grow_int(&r->chunk_group, &r->cap_cg, (size_t)(s->n_chunks ? s->n_chunks : 1), sizeof(int)))
+        return kvc_fail(KVC_ERR_NOMEM, "chunk groups");
+    int *chunk_group = r->chunk_group;
     size_t qoff = 0;
     for (int ci = 0; ci < s->n_chunks; ci++) {
         const kvc_xform *xf = s->chunks[ci]->xf;
@@ -311,20 +336,52 @@ static kvc_status plan_one(kvc_attend_req *rq, int idx, req_state *r, const kvc_
             continue;
         }
         if (!grow_int(&r->groups, &r->cap_groups, (size_t)r->n_groups + 1, sizeof(group)) ||
-            !grow(&r->qt, &r->qt_cap, qoff + (size_t)G * xf->dim_k, sizeof(float))) {
-            free(chunk_group);
+            !grow(&r->qt, &r->qt_cap, qoff + (size_t)G * xf->dim_k, sizeof(float)))
             return kvc_fail(KVC_ERR_NOMEM, "transform groups");
-        }
         r->groups[r->n_groups] = (group){.xf = xf, .q_off = (int)qoff};
         xf->ops->prepare_q(xf, qs, G, d, r->qt + qoff, xf->dim_k);
         qoff += (size_t)G * xf->dim_k;
         chunk_group[ci] = r->n_groups++;
     }
+    if (rq->plan.budget < 0) return KVC_OK;
+    if (reuse_hit(rq)) {
+        r->reuse_hit = 1;
+        return KVC_OK;
+    }
+    size_t nu = 0;
+    for (int ci = 0; ci < s->n_chunks; ci++) {
+        const kvc_chunk *c = s->chunks[ci];
+        if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS)) continue;
+        int n = c->sel.ops->n_units(c->sel.index);
+        if (n <= 0) continue;
+        if (!grow_int(&r->useg, &r->cap_useg, (size_t)r->n_useg + 1, sizeof(useg)))
+            return kvc_fail(KVC_ERR_NOMEM, "selectable chunks");
+        r->useg[r->n_useg++] = (useg){.ci = ci, .n = n, .off = nu};
+        nu += (size_t)n;
+    }
+    if (nu > r->ucap) {
+        size_t cap = nu;
+        free(r->uscore); free(r->uci); free(r->ur); free(r->ulen); free(r->utaken);
+        r->uscore = malloc(cap * sizeof *r->uscore);
+        r->uci = malloc(cap * sizeof *r->uci);
+        r->ur = malloc(cap * sizeof *r->ur);
+        r->ulen = malloc(cap * sizeof *r->ulen);
+        r->utaken = malloc(cap);
+        r->ucap = r->uscore && r->uci && r->ur && r->ulen && r->utaken ? cap : 0;
+        if (!r->ucap) return kvc_fail(KVC_ERR_NOMEM, "unit arrays (%zu units)", nu);
+    }
+    r->nu = nu;
+    return KVC_OK;
+}
 
+/* Planning, last round: the selection from the scores, then the work items. */
+static kvc_status plan_finish(kvc_attend_req *rq, int idx, req_state *r, const kvc_attend_opts *o) {
+    kvc_stream *s = rq->s;
+    const int *chunk_group = r->chunk_group;
     unit_ref *sel = NULL;
     int n_sel = 0;
     kvc_status st = KVC_OK;
-    if (rq->plan.budget >= 0) st = select_units(rq, r, G, chunk_group, &sel, &n_sel);
+    if (rq->plan.budget >= 0) st = select_units(rq, r, &sel, &n_sel);
     if (st == KVC_OK && o->on_select && rq->plan.budget >= 0 && n_sel > 0) {
         int32_t *ci = malloc((size_t)n_sel * sizeof *ci);
         kvc_range *ur = malloc((size_t)n_sel * sizeof *ur);
@@ -376,19 +433,93 @@ static kvc_status plan_one(kvc_attend_req *rq, int idx, req_state *r, const kvc_
     }
     free(tmp);
     free(sel);
-    free(chunk_group);
     if (st == KVC_OK && rq->want_attn &&
-        !grow(&r->sraw, &r->sraw_cap, (size_t)G * (size_t)(r->n_tokens ? r->n_tokens : 1), sizeof(float)))
+        !grow(&r->sraw, &r->sraw_cap, (size_t)o->G * (size_t)(r->n_tokens ? r->n_tokens : 1), sizeof(float)))
         st = kvc_fail(KVC_ERR_NOMEM, "attention weights (%lld tokens)", (long long)r->n_tokens);
     return st;
 }
 
-static void plan_task(void *ctx, int task, int thread) {
+static void prep_task(void *ctx, int task, int thread) {
     (void)thread;
     plan_ctx *pc = ctx;
     req_state *r = &pc->ws->reqs[task];
-    r->st = plan_one(&pc->reqs[task], task, r, pc->o);
+    r->st = plan_prep(&pc->reqs[task], r, pc->o);
+}
+
+static void finish_task(void *ctx, int task, int thread) {
+    (void)thread;
+    plan_ctx *pc = ctx;
+    req_state *r = &pc->ws->reqs[task];
+    if (r->st == KVC_OK) r->st = plan_finish(&pc->reqs[task], task, r, pc->o);
     pc->reqs[task].n_read = r->n_tokens;
+}
+
+/* Without selection the planning is one cheap round per request. */
+static void plan_task(void *ctx, int task, int thread) {
+    prep_task(ctx, task, thread);
+    finish_task(ctx, task, thread);
+}
+
+/* Scores the units of one task's pieces (the query as its chunk's codecs see it). */
+static void score_task_run(void *ctx, int task, int thread) {
+    (void)thread;
+    plan_ctx *pc = ctx;
+    kvc_attend_ws *ws = pc->ws;
+    score_task *t = &ws->stasks[task];
+    int G = pc->o->G;
+    double t0 = kvc_now_s();
+    for (int p = t->p0; p < t->p1; p++) {
+        const score_piece *pc_ = &ws->pieces[p];
+        req_state *r = &ws->reqs[pc_->req];
+        const useg *g = &r->useg[pc_->seg];
+        const kvc_chunk *c = pc->reqs[pc_->req].s->chunks[g->ci];
+        int grp = r->chunk_group[g->ci];
+        const float *q = grp >= 0 ? r->qt + r->groups[grp].q_off : r->qs;
+        int ldq = grp >= 0 ? r->groups[grp].xf->dim_k : pc->reqs[pc_->req].s->dim;
+        float *out = r->uscore + g->off + pc_->u0;
+        if (pc_->u0 == 0 && pc_->u1 == g->n) c->sel.ops->score(c->sel.index, q, G, ldq, out);
+        else c->sel.ops->score_range(c->sel.index, q, G, ldq, pc_->u0, pc_->u1, out);
+    }
+    t->t = kvc_now_s() - t0;
+}
+
+/* The scoring of every request's segments cut into tasks of about equal unit
+ * counts: pieces of at most `size` units (a chunk is cut only if its selector
+ * scores ranges), runs of pieces of at least `size` units per task. */
+static kvc_status plan_score_tasks(kvc_attend_ws *ws, kvc_attend_req *reqs, int n_req, int n_threads,
+                                   int forced, int *n_tasks) {
+    size_t total = 0;
+    for (int i = 0; i < n_req; i++) total += ws->reqs[i].st == KVC_OK ? ws->reqs[i].nu : 0;
+    *n_tasks = 0;
+    if (total == 0) return KVC_OK;
+    size_t size = total / ((size_t)SCORE_TASKS_PER_THREAD * (size_t)n_threads);
+    size = size < SCORE_TASK_MIN ? SCORE_TASK_MIN : size > SCORE_TASK_MAX ? SCORE_TASK_MAX : size;
+    if (forced > 0) size = (size_t)forced + KVC_SCORE_ALIGN - 1;
+    size -= size % KVC_SCORE_ALIGN;
+    int np = 0, nt = 0;
+    size_t acc = 0;
+    for (int i = 0; i < n_req; i++) {
+        req_state *r = &ws->reqs[i];
+        if (r->st != KVC_OK) continue;
+        for (int gi = 0; gi < r->n_useg; gi++) {
+            const useg *g = &r->useg[gi];
+            const kvc_chunk *c = reqs[i].s->chunks[g->ci];
+            int step = c->sel.ops->score_range && (size_t)g->n > size ? (int)size : g->n;
+            for (int u0 = 0; u0 < g->n; u0 += step) {
+                int u1 = g->n - u0 > step ? u0 + step : g->n;
+                if (!grow_int(&ws->pieces, &ws->cap_pieces, (size_t)np + 1, sizeof(score_piece)) ||
+                    !grow_int(&ws->stasks, &ws->cap_stasks, (size_t)nt + 1, sizeof(score_task)))
+                    return kvc_fail(KVC_ERR_NOMEM, "scoring tasks");
+                if (acc == 0) ws->stasks[nt++] = (score_task){.p0 = np, .p1 = np};
+                ws->pieces[np++] = (score_piece){.req = i, .seg = gi, .u0 = u0, .u1 = u1};
+                ws->stasks[nt - 1].p1 = np;
+                acc += (size_t)(u1 - u0);
+                if (acc >= size) acc = 0;
+            }
+        }
+    }
+    *n_tasks = nt;
+    return KVC_OK;
 }
 
 /* ---- phase 2: attend ------------------------------------------------------------ */
@@ -554,7 +685,7 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
         ws->cap_reqs = n_req;
     }
     int G = o->G;
-    double t_call = kvc_now_s(), t_select = 0.0;
+    double t_call = kvc_now_s(), t_select = 0.0; /* wall time of the selection rounds */
     int n_threads = pool ? kvc_pool_threads(pool) : 1;
     if (n_threads > MAX_THREADS) n_threads = MAX_THREADS;
 
@@ -562,14 +693,26 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
     int any_select = 0;
     for (int i = 0; i < n_req; i++) any_select |= reqs[i].plan.budget >= 0;
     plan_ctx pc = {.reqs = reqs, .ws = ws, .o = o};
-    kvc_pool_run(n_req > 1 && any_select ? pool : NULL, n_req, plan_task, &pc);
+    if (!any_select) {
+        kvc_pool_run(NULL, n_req, plan_task, &pc);
+    } else {
+        kvc_pool_run(n_req > 1 ? pool : NULL, n_req, prep_task, &pc);
+        int n_tasks = 0;
+        KVC_TRY(plan_score_tasks(ws, reqs, n_req, n_threads, o->score_units, &n_tasks));
+        double t0 = kvc_now_s();
+        kvc_pool_run(pool, n_tasks, score_task_run, &pc);
+        for (int t = 0; t < n_tasks; t++) ws->times.score_s += ws->stasks[t].t;
+        double t1 = kvc_now_s();
+        kvc_pool_run(n_req > 1 ? pool : NULL, n_req, finish_task, &pc);
+        t_select = kvc_now_s() - t0;
+        ws->times.score_wall_s += t1 - t0;
+        ws->times.select_wall_s += t_select;
+    }
     int dmax = 0, dv_max = 1, n_parts = 0;
     for (int i = 0; i < n_req; i++) {
         req_state *r = &ws->reqs[i];
         KVC_TRY(r->st);
-        ws->times.score_s += r->t_score;
         ws->times.topk_s += r->t_topk;
-        t_select += r->t_score + r->t_topk;
         int d = reqs[i].s->dim;
         if (d > dmax) dmax = d;
         for (int g = 0; g < r->n_groups; g++)

@@ -28,13 +28,17 @@ void kvc_attend_ws_free(kvc_attend_ws *ws);
 uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws);
 
 /* Where the time of the attend calls on a workspace went, summed since it was
- * created: scoring the selectable units (the selectors' score ops), choosing
- * the top units within the budget (quickselect, sort, greedy fill), both as
- * thread time summed over the requests; and the rest of the calls' wall
- * time (query maps, planning, qk, softmax, pv, merge). With one thread the
- * three add up to the calls' wall time. */
+ * created: scoring the selectable units (the selectors' score ops) and
+ * choosing the top units within the budget (histogram threshold, greedy
+ * fill), both as thread time summed over the tasks; the wall time of the
+ * scoring round and of the whole selection (scoring, then top-k and work
+ * items per request: the rounds between the query maps and the attention);
+ * and the rest of the calls' wall time (query maps, planning without
+ * selection, qk, softmax, pv, merge), i.e. the calls' wall time less the
+ * selection's. With one thread score + top-k is about the selection's wall. */
 typedef struct kvc_attend_times {
     double score_s, topk_s, attn_s;
+    double score_wall_s, select_wall_s;
     int64_t calls;
 } kvc_attend_times;
 void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out);
@@ -50,6 +54,8 @@ typedef struct kvc_attend_opts {
     int G;                    /* query heads per KV head */
     int split;                /* 0: automatic; >= 1: parts per stream (tests force splits) */
     int min_split_tokens;     /* automatic split only above this many tokens per part; 0: 2048 */
+    int score_units;          /* 0: automatic; >= 1: units per scoring task (rounded up to
+                               * KVC_SCORE_ALIGN; tests force many small tasks) */
     kvc_attn_cb on_attn;
     kvc_select_cb on_select;
     void *cb_ctx;

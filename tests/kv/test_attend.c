@@ -101,9 +101,12 @@ static kvc_range pg_unit(const void *ix, int u) {
     kvc_range r = {u * PAGE, (u + 1) * PAGE < p->n ? (u + 1) * PAGE : p->n};
     return r;
 }
-static void pg_score(const void *ix, const float *q, int g, int ldq, float *scores) {
+static int pg_range_calls; /* score_range calls (the driver cut a chunk into pieces) */
+static void pg_score_range(const void *ix, const float *q, int g, int ldq, int u0, int u1, float *scores) {
     const pages *p = ix;
-    for (int u = 0; u < pg_n_units(ix); u++) {
+    assert_int_equal(u0 % KVC_SCORE_ALIGN, 0);
+    assert_true(u1 > u0 && u1 <= pg_n_units(ix) && (u1 % KVC_SCORE_ALIGN == 0 || u1 == pg_n_units(ix)));
+    for (int u = u0; u < u1; u++) {
         kvc_range r = pg_unit(ix, u);
         float best = -INFINITY;
         for (int t = r.begin; t < r.end; t++)
@@ -112,13 +115,21 @@ static void pg_score(const void *ix, const float *q, int g, int ldq, float *scor
                 for (int j = 0; j < p->dim; j++) a += q[h * ldq + j] * p->k[t * p->dim + j];
                 if (a > best) best = a;
             }
-        scores[u] = best;
+        scores[u - u0] = best;
     }
+}
+static void pg_score_cut(const void *ix, const float *q, int g, int ldq, int u0, int u1, float *scores) {
+    __atomic_fetch_add(&pg_range_calls, 1, __ATOMIC_RELAXED);
+    pg_score_range(ix, q, g, ldq, u0, u1, scores);
+}
+static void pg_score(const void *ix, const float *q, int g, int ldq, float *scores) {
+    pg_score_range(ix, q, g, ldq, 0, pg_n_units(ix), scores);
 }
 static uint64_t pg_bytes(const void *ix) { const pages *p = ix; return (uint64_t)p->n * p->dim * 4; }
 static void pg_free(void *ix) { pages *p = ix; free(p->k); free(p); }
 static const kvc_selector_ops page_ops = {.name = "test_pages", .n_units = pg_n_units, .unit = pg_unit,
-                                          .score = pg_score, .bytes = pg_bytes, .free = pg_free};
+                                          .score = pg_score, .score_range = pg_score_cut, .bytes = pg_bytes,
+                                          .free = pg_free};
 
 /* ---- building a stream ------------------------------------------------------ */
 
@@ -355,6 +366,71 @@ static void test_selection_is_top(void **state) {
     kvc_stream_free(w.s);
 }
 
+/* The scoring of several streams cut into tasks of any size (pieces of
+ * chunks of 16, 32, 48 units, whole chunks, the automatic size), on 1-4
+ * threads: every request selects the same units as scoring on one thread in
+ * one piece per chunk, and the outputs are the same. */
+typedef struct multi_sel {
+    int n[3];
+    int32_t ci[3][4096];
+    kvc_range r[3][4096];
+} multi_sel;
+
+static void on_select_multi(void *ctx, int req, int n, const int32_t *ci, const kvc_range *u) {
+    multi_sel *m = ctx;
+    assert_true(req >= 0 && req < 3 && n <= 4096);
+    m->n[req] = n;
+    memcpy(m->ci[req], ci, (size_t)n * sizeof *ci);
+    memcpy(m->r[req], u, (size_t)n * sizeof *u);
+}
+
+static void test_score_tasks(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    world w[3] = {{0}};
+    for (int i = 0; i < 3; i++) build_world(&w[i]);
+    float q[3][G * D], out[3][G * D], want[3][G * D];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < G * D; j++) q[i][j] = 3.0f * frand();
+    kvc_attend_ws *ws;
+    assert_int_equal(kvc_attend_ws_create(&ws), KVC_OK);
+    const int budgets[] = {0, 40, 256, 700, 100000};
+    for (int bi = 0; bi < 5; bi++) {
+        static multi_sel ref, got;
+        kvc_attend_req rq[3];
+        for (int i = 0; i < 3; i++)
+            rq[i] = (kvc_attend_req){.s = w[i].s, .q = q[i], .out = want[i], .plan = {.budget = budgets[bi]}};
+        kvc_attend_opts o = {.G = G, .on_select = on_select_multi, .cb_ctx = &ref, .score_units = 100000};
+        memset(&ref, 0, sizeof ref);
+        pg_range_calls = 0;
+        assert_int_equal(kvc_attend(rq, 3, &o, NULL, ws), KVC_OK);
+        assert_int_equal(pg_range_calls, 0); /* one piece per chunk */
+        for (int nt = 1; nt <= 4; nt++) {
+            kvc_pool *pool;
+            assert_int_equal(kvc_pool_create(nt, &pool), KVC_OK);
+            const int units[] = {0, 1, 16, 32, 48};
+            for (int ui = 0; ui < 5; ui++) {
+                for (int i = 0; i < 3; i++) rq[i].out = out[i];
+                o.cb_ctx = &got;
+                o.score_units = units[ui];
+                memset(&got, 0, sizeof got);
+                pg_range_calls = 0;
+                assert_int_equal(kvc_attend(rq, 3, &o, pool, ws), KVC_OK);
+                if (units[ui] >= 1 && units[ui] <= 32) assert_true(pg_range_calls > 0); /* the 33-unit chunk was cut */
+                for (int i = 0; i < 3; i++) {
+                    assert_int_equal(got.n[i], ref.n[i]);
+                    assert_memory_equal(got.ci[i], ref.ci[i], (size_t)ref.n[i] * sizeof(int32_t));
+                    assert_memory_equal(got.r[i], ref.r[i], (size_t)ref.n[i] * sizeof(kvc_range));
+                    expect_close(out[i], want[i], G * D, "cut scoring", units[ui], nt);
+                }
+            }
+            kvc_pool_free(pool);
+        }
+    }
+    kvc_attend_ws_free(ws);
+    for (int i = 0; i < 3; i++) kvc_stream_free(w[i].s);
+}
+
 /* Chunked prefill over the same past (transforms, dead tokens, mixed codecs):
  * query i attends to every live past token plus chunk tokens 0..i. */
 static void test_prefill_over_world(void **state) {
@@ -403,6 +479,7 @@ int main(void) {
         cmocka_unit_test(test_all_tokens),
         cmocka_unit_test(test_budget),
         cmocka_unit_test(test_selection_is_top),
+        cmocka_unit_test(test_score_tasks),
         cmocka_unit_test(test_prefill_over_world),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -109,6 +109,53 @@ static void test_bound_random(void **state) {
     free(k);
 }
 
+/* score_range (the driver's pieces of a chunk) gives score's values bit for
+ * bit for every range [u0, u1) with u0 on a 16-unit block and u1 on one or
+ * at the end: f16 and q8 indexes (q8: ranges in the 8-bit blocks, across
+ * into the open f16 block, and inside it), unit counts that are and are not
+ * multiples of 16, G = 1..8. */
+static void test_score_range(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    enum { D = 64 };
+    uint64_t saved = rng; /* the later tests see the random numbers they saw before this test */
+    const int counts[] = {1, 15, 16, 17, 48, 77, 200};
+    float *k = malloc(sizeof(float) * 200 * 3 * D), q[8 * D];
+    for (int fmt = 0; fmt < 2; fmt++)
+        for (int ni = 0; ni < 7; ni++) {
+            int nu = counts[ni];
+            make_keys(k, 200 * 3, D, ni % 4);
+            kvc_minmax *x;
+            assert_int_equal(kvc_minmax_create_fmt(D, fmt, &x), KVC_OK);
+            int t = 0;
+            for (int u = 0; u < nu; u++) {
+                int len = 1 + (u * 7) % 3;
+                assert_int_equal(kvc_minmax_add(x, k + (size_t)t * D, len, D), KVC_OK);
+                t += len;
+            }
+            for (int G = 1; G <= 8; G++) {
+                for (int i = 0; i < G * D; i++) q[i] = frand();
+                float *all = malloc(sizeof(float) * nu), *part = malloc(sizeof(float) * nu);
+                kvc_selector_minmax.score(x, q, G, D, all);
+                for (int u0 = 0; u0 < nu; u0 += KVC_SCORE_ALIGN)
+                    for (int u1 = u0 + KVC_SCORE_ALIGN; ; u1 += KVC_SCORE_ALIGN) {
+                        if (u1 > nu) u1 = nu;
+                        memset(part, 0xff, sizeof(float) * nu);
+                        kvc_selector_minmax.score_range(x, q, G, D, u0, u1, part);
+                        if (memcmp(part, all + u0, sizeof(float) * (size_t)(u1 - u0)))
+                            fail_msg("fmt %d, %d units, G %d: range [%d, %d) differs from score", fmt, nu, G, u0, u1);
+                        for (int u = u1 - u0; u < nu; u++) /* nothing written past the range */
+                            assert_int_equal(((uint32_t *)part)[u], 0xffffffffu);
+                        if (u1 == nu) break;
+                    }
+                free(all), free(part);
+            }
+            kvc_selector_minmax.free(x);
+        }
+    free(k);
+    rng = saved;
+}
+
 /* The q8 format (minmax_block.h) against the f16 one on the same units: every
  * stored interval contains the f16 interval (so every key element: outward
  * rounding held through the requantization), is at most one grid step wider
@@ -340,6 +387,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bound_random),
         cmocka_unit_test(test_q8_round_trip),
+        cmocka_unit_test(test_score_range),
         cmocka_unit_test(test_bad_index_input),
         cmocka_unit_test(test_quest_all_is_full),
         cmocka_unit_test(test_quest_budget),

@@ -159,25 +159,26 @@ static const int32_t *mm_ends(const void *index) { return ((const kvc_minmax *)i
 
 /* Per unit, the best head's bound one head at a time (no memory for the
  * split query of all heads). */
-static void score_per_head(const kvc_minmax *x, const float *q, int G, int ldq, float *scores) {
+static void score_per_head(const kvc_minmax *x, const float *q, int G, int ldq, int u0, int u1, float *scores) {
     float b;
-    for (int u = 0; u < x->n; u++)
+    for (int u = u0; u < u1; u++)
         for (int g = 0; g < G; g++) {
             kvc_minmax_bounds(x, u, q + (size_t)g * ldq, 1, ldq, &b);
-            if (g == 0 || b > scores[u]) scores[u] = b;
+            if (g == 0 || b > scores[u - u0]) scores[u - u0] = b;
         }
 }
 
-/* The split query [G][q⁺ | q⁻] and one call of the block kernel over all units. */
-static void mm_score(const void *index, const float *q, int G, int ldq, float *scores) {
+/* The split query [G][q⁺ | q⁻] and one call of the block kernel over units
+ * [u0, u1) (u0 a multiple of 16: a block boundary). */
+static void mm_score_range(const void *index, const float *q, int G, int ldq, int u0, int u1, float *scores) {
     const kvc_minmax *x = index;
     int d = x->dim;
-    if (G < 1 || x->n == 0) return;
+    if (G < 1 || u1 <= u0) return;
     float stack[QPM_STACK];
     size_t need = (size_t)G * 2 * d;
     float *qpm = need <= QPM_STACK ? stack : malloc(need * sizeof *qpm);
     if (!qpm) {
-        score_per_head(x, q, G, ldq, scores);
+        score_per_head(x, q, G, ldq, u0, u1, scores);
         return;
     }
     for (int g = 0; g < G; g++)
@@ -188,12 +189,24 @@ static void mm_score(const void *index, const float *q, int G, int ldq, float *s
         }
     if (x->q8) { /* full blocks in 8 bits, then the open f16 block */
         int full = x->nq * KVC_MM_LANES;
-        if (x->nq) kvc_minmax_k.score_q8(x->qb, x->nq, d, qpm, G, scores);
-        if (x->n > full) kvc_minmax_k.score(x->mm, x->n - full, d, qpm, G, scores + full);
+        if (u0 < full) {
+            int e = u1 < full ? u1 : full; /* a multiple of 16 */
+            kvc_minmax_k.score_q8(x->qb + (size_t)(u0 / KVC_MM_LANES) * kvc_mm_q8_bytes(d), (e - u0) / KVC_MM_LANES,
+                                  d, qpm, G, scores);
+        }
+        if (u1 > full) {
+            int b = u0 > full ? u0 : full; /* the open block starts at full */
+            kvc_minmax_k.score(x->mm + (size_t)(b - full) / KVC_MM_LANES * block_elems(d), u1 - b, d, qpm, G,
+                               scores + (b - u0));
+        }
     } else {
-        kvc_minmax_k.score(x->mm, x->n, d, qpm, G, scores);
+        kvc_minmax_k.score(x->mm + (size_t)(u0 / KVC_MM_LANES) * block_elems(d), u1 - u0, d, qpm, G, scores);
     }
     if (qpm != stack) free(qpm);
+}
+
+static void mm_score(const void *index, const float *q, int G, int ldq, float *scores) {
+    mm_score_range(index, q, G, ldq, 0, ((const kvc_minmax *)index)->n, scores);
 }
 
 static uint64_t mm_bytes(const void *index) {
@@ -220,6 +233,7 @@ const kvc_selector_ops kvc_selector_minmax = {
     .unit = mm_unit,
     .ends = mm_ends,
     .score = mm_score,
+    .score_range = mm_score_range,
     .bytes = mm_bytes,
     .free = mm_free,
 };
