@@ -50,6 +50,9 @@ typedef struct kvc_bench_attn_row {
      * the wall time of the whole selection, and the rest of the attention's
      * wall time (kv/attend.h kvc_attend_times). */
     double score_s, topk_s, select_wall_s, attn_s;
+    /* top-k over the timed steps: candidates kept by the sampled threshold
+     * per unit ranked, and the share of selections that went on below it */
+    double topk_cand_frac, topk_cont_frac;
     kvc_cache_stats stats;
 } kvc_bench_attn_row;
 

@@ -307,6 +307,8 @@ static int bench_attn(int argc, char **argv) {
             kvc_json_kv_num(&j, "score_us", r->score_s * 1e6);
             kvc_json_kv_num(&j, "topk_us", r->topk_s * 1e6);
             kvc_json_kv_num(&j, "select_wall_us", r->select_wall_s * 1e6);
+            kvc_json_kv_num(&j, "topk_candidate_fraction", r->topk_cand_frac);
+            kvc_json_kv_num(&j, "topk_continued_fraction", r->topk_cont_frac);
             kvc_json_kv_num(&j, "attn_us", r->attn_s * 1e6);
             kvc_report_stats_json(&j, "cache", &r->stats);
             kvc_json_obj_end(&j);

@@ -117,6 +117,9 @@ static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, c
             row->score_s = (t_after.score_s - t_before.score_s) / n;
             row->topk_s = (t_after.topk_s - t_before.topk_s) / n;
             row->select_wall_s = (t_after.select_wall_s - t_before.select_wall_s) / n;
+            uint64_t tu = t_after.topk_units - t_before.topk_units, tc = t_after.topk_calls - t_before.topk_calls;
+            row->topk_cand_frac = tu ? (double)(t_after.topk_candidates - t_before.topk_candidates) / tu : NAN;
+            row->topk_cont_frac = tc ? (double)(t_after.topk_continued - t_before.topk_continued) / tc : NAN;
             row->attn_s = (t_after.attn_s - t_before.attn_s) / n;
             qsort(t, (size_t)n, sizeof(double), cmp_d);
             row->reps = n;

@@ -79,7 +79,8 @@ typedef struct req_state {
     int reuse_hit;                 /* the previous selection stands: nothing scored */
     useg *useg; int n_useg, cap_useg;
     size_t nu;                     /* units of all selectable chunks */
-    float *uscore; int32_t *uci; kvc_range *ur; int32_t *ulen; uint8_t *utaken; size_t ucap;
+    float *uscore; int32_t *ulen; size_t ucap; /* scores; lengths of selectors without ends */
+    kvc_topk_seg *tseg; int cap_tseg;
     kvc_topk_ws topk;
     double t_topk;                 /* this call's top-k time */
     kvc_status st;
@@ -116,7 +117,17 @@ struct kvc_attend_ws {
     kvc_attend_times times;
 };
 
-void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out) { *out = ws->times; }
+void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out) {
+    *out = ws->times;
+    for (int i = 0; i < ws->cap_reqs; i++) {
+        const kvc_topk_ws *t = &ws->reqs[i].topk;
+        out->topk_calls += t->calls;
+        out->topk_units += t->units;
+        out->topk_candidates += t->candidates;
+        out->topk_continued += t->continued;
+        out->topk_whole += t->whole;
+    }
+}
 
 kvc_status kvc_attend_ws_create(kvc_attend_ws **out) {
     *out = calloc(1, sizeof **out);
@@ -126,7 +137,7 @@ kvc_status kvc_attend_ws_create(kvc_attend_ws **out) {
 static void req_state_free(req_state *r) {
     free(r->qs); free(r->qt); free(r->groups); free(r->items); free(r->ranges); free(r->sraw);
     free(r->chunk_group); free(r->useg);
-    free(r->uscore); free(r->uci); free(r->ur); free(r->ulen); free(r->utaken);
+    free(r->uscore); free(r->ulen); free(r->tseg);
     kvc_topk_ws_free(&r->topk);
 }
 
@@ -152,7 +163,8 @@ uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws) {
         const req_state *r = &ws->reqs[i];
         b += sizeof *r + r->qt_cap * 4 + (uint64_t)r->cap_items * sizeof(item) +
              (uint64_t)r->cap_ranges * sizeof(kvc_range) + r->sraw_cap * 4 +
-             r->ucap * (4 + 4 + sizeof(kvc_range) + 4 + 1) + r->topk.cap * (2 + 4) +
+             r->ucap * (4 + 4) + r->topk.cap * (2 + 4) + r->topk.ccap * (4 * 5 + 1) +
+             (uint64_t)r->cap_tseg * sizeof(kvc_topk_seg) +
              (uint64_t)r->cap_groups * sizeof(group) + (uint64_t)r->cap_cg * sizeof(int) +
              (uint64_t)r->cap_useg * sizeof(useg);
     }
@@ -255,29 +267,37 @@ static kvc_status select_units(kvc_attend_req *rq, req_state *r, unit_ref **out,
         *n_out = sc->n;
         return KVC_OK;
     }
-    size_t nu = r->nu;
     double t1 = kvc_now_s();
-    for (int gi = 0; gi < r->n_useg; gi++) { /* unit ranges and lengths, in (chunk, begin) order */
+    if (!grow_int(&r->tseg, &r->cap_tseg, (size_t)(r->n_useg ? r->n_useg : 1), sizeof(kvc_topk_seg)))
+        return kvc_fail(KVC_ERR_NOMEM, "selectable chunks");
+    for (int gi = 0; gi < r->n_useg; gi++) { /* one segment per selectable chunk, in chunk order */
         const useg *g = &r->useg[gi];
         const kvc_chunk *c = s->chunks[g->ci];
         const int32_t *ends = c->sel.ops->ends ? c->sel.ops->ends(c->sel.index) : NULL;
-        size_t k = g->off;
-        for (int u = 0; u < g->n; u++) {
-            kvc_range x = ends ? (kvc_range){u ? ends[u - 1] : 0, ends[u]} : c->sel.ops->unit(c->sel.index, u);
-            r->uci[k + u] = g->ci;
-            r->ur[k + u] = x;
-            r->ulen[k + u] = x.end - x.begin;
-        }
+        if (!ends) /* lengths one call per unit */
+            for (int u = 0; u < g->n; u++) {
+                kvc_range x = c->sel.ops->unit(c->sel.index, u);
+                r->ulen[g->off + u] = x.end - x.begin;
+            }
+        r->tseg[gi] = (kvc_topk_seg){.score = r->uscore + g->off, .ends = ends, .len = ends ? NULL : r->ulen + g->off,
+                                     .n = g->n};
     }
-    if (kvc_topk_greedy(&r->topk, r->uscore, r->ulen, nu, rq->plan.budget, r->utaken) < 0)
-        return kvc_fail(KVC_ERR_NOMEM, "unit selection (%zu units)", nu);
-    int n = 0;
-    for (size_t i = 0; i < nu; i++) n += r->utaken[i];
+    const int32_t *pick;
+    size_t n_pick;
+    if (kvc_topk_greedy_segs(&r->topk, r->tseg, r->n_useg, rq->plan.budget, &pick, &n_pick) < 0)
+        return kvc_fail(KVC_ERR_NOMEM, "unit selection (%zu units)", r->nu);
+    int n = (int)n_pick;
     unit_ref *u = malloc((size_t)(n ? n : 1) * sizeof *u);
     if (!u) return kvc_fail(KVC_ERR_NOMEM, "selected units (%d)", n);
-    n = 0;
-    for (size_t i = 0; i < nu; i++)
-        if (r->utaken[i]) u[n++] = (unit_ref){r->uci[i], r->ur[i]};
+    int gi = 0; /* list index -> (segment, unit), the picks increasing */
+    for (int i = 0; i < n; i++) {
+        while ((size_t)pick[i] >= r->useg[gi].off + (size_t)r->useg[gi].n) gi++;
+        const useg *g = &r->useg[gi];
+        const kvc_chunk *c = s->chunks[g->ci];
+        int k = pick[i] - (int32_t)g->off;
+        const int32_t *ends = r->tseg[gi].ends;
+        u[i] = (unit_ref){g->ci, ends ? (kvc_range){k ? ends[k - 1] : 0, ends[k]} : c->sel.ops->unit(c->sel.index, k)};
+    }
     if (rq->plan.reuse) { /* remember for the next step: one block, freed with free() */
         free(s->sel_cache);
         sc = malloc(sizeof *sc + (size_t)n * (sizeof(int32_t) + sizeof(kvc_range)));
@@ -361,13 +381,10 @@ static kvc_status plan_prep(kvc_attend_req *rq, req_state *r, const kvc_attend_o
     }
     if (nu > r->ucap) {
         size_t cap = nu;
-        free(r->uscore); free(r->uci); free(r->ur); free(r->ulen); free(r->utaken);
+        free(r->uscore); free(r->ulen);
         r->uscore = malloc(cap * sizeof *r->uscore);
-        r->uci = malloc(cap * sizeof *r->uci);
-        r->ur = malloc(cap * sizeof *r->ur);
         r->ulen = malloc(cap * sizeof *r->ulen);
-        r->utaken = malloc(cap);
-        r->ucap = r->uscore && r->uci && r->ur && r->ulen && r->utaken ? cap : 0;
+        r->ucap = r->uscore && r->ulen ? cap : 0;
         if (!r->ucap) return kvc_fail(KVC_ERR_NOMEM, "unit arrays (%zu units)", nu);
     }
     r->nu = nu;

@@ -40,6 +40,11 @@ typedef struct kvc_attend_times {
     double score_s, topk_s, attn_s;
     double score_wall_s, select_wall_s;
     int64_t calls;
+    /* top-k (kv/select/topk.h kvc_topk_greedy_segs): selections, units
+     * ranked, candidates at or above the sampled threshold (or all units when
+     * no threshold was taken), selections that went on below the threshold,
+     * selections without a threshold */
+    uint64_t topk_calls, topk_units, topk_candidates, topk_continued, topk_whole;
 } kvc_attend_times;
 void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out);
 
