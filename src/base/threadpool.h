@@ -11,7 +11,10 @@
 typedef struct kvc_pool kvc_pool;
 
 /* fn(ctx, task, thread): run task `task` in [0, n_tasks) on thread `thread`
- * in [0, kvc_pool_threads(pool)). Tasks are handed out dynamically. */
+ * in [0, kvc_pool_threads(pool)). Tasks are handed out dynamically, in
+ * increasing order: when a task starts, every lower-numbered one has started
+ * (so a task may wait for lower-numbered ones to finish; the attention driver
+ * starts a KV head's top-k as soon as its scoring tasks are done). */
 typedef void (*kvc_task_fn)(void *ctx, int task, int thread);
 
 /* n_threads <= 0 means one per online CPU. */

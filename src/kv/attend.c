@@ -5,12 +5,15 @@
  *      method gave a budget, score the units of every selectable chunk, keep
  *      the best within the budget (or reuse the previous selection); cut the
  *      attended ranges into tiles of <= TILE tokens (work items). With
- *      selection this runs in three rounds on the pool: the queries per
- *      request; the scoring of all requests' units as tasks of about equal
- *      unit counts (a KV head's units are most of the planning's work, and
- *      heads are often fewer than or not a multiple of the threads: 3 heads
- *      on 2 threads left one thread scoring two); the top-k and the work
- *      items per request;
+ *      selection this runs in two rounds on the pool: the queries per
+ *      request; then the scoring of all requests' units as tasks of about
+ *      equal unit counts (a KV head's units are most of the planning's work,
+ *      and heads are often fewer than or not a multiple of the threads: 3
+ *      heads on 2 threads left one thread scoring two), followed in the same
+ *      task list by one task per request for its top-k and work items, which
+ *      starts as soon as that request's units are scored (the pool hands out
+ *      tasks in order: a request's top-k runs while other threads still
+ *      score later requests);
  *   2. attend: the items are split into parts (flash-decoding when streams are
  *      fewer than threads); a part runs qk, an online softmax and pv per item,
  *      with a separate accumulator per transform group that is mapped back by
@@ -21,6 +24,8 @@
 #include "kv/attend.h"
 
 #include <math.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +82,7 @@ typedef struct req_state {
     int *chunk_group; int cap_cg;  /* transform group of each chunk, -1 = none */
     /* selection scratch */
     int reuse_hit;                 /* the previous selection stands: nothing scored */
+    atomic_int pending;            /* score pieces of this request not finished yet */
     useg *useg; int n_useg, cap_useg;
     size_t nu;                     /* units of all selectable chunks */
     float *uscore; int32_t *ulen; size_t ucap; /* scores; lengths of selectors without ends */
@@ -496,8 +502,32 @@ static void score_task_run(void *ctx, int task, int thread) {
         float *out = r->uscore + g->off + pc_->u0;
         if (pc_->u0 == 0 && pc_->u1 == g->n) c->sel.ops->score(c->sel.index, q, G, ldq, out);
         else c->sel.ops->score_range(c->sel.index, q, G, ldq, pc_->u0, pc_->u1, out);
+        atomic_fetch_sub_explicit(&r->pending, 1, memory_order_release); /* the scores are written */
     }
     t->t = kvc_now_s() - t0;
+}
+
+/* The selection's task list: score tasks [0, n_score), then request
+ * t - n_score's top-k and work items, once its pieces are all scored: they
+ * were handed out before this task (in order), so they run on other threads
+ * and will finish. */
+typedef struct select_ctx {
+    plan_ctx pc;
+    int n_score;
+} select_ctx;
+
+static void select_task(void *ctx, int task, int thread) {
+    select_ctx *sc = ctx;
+    if (task < sc->n_score) {
+        score_task_run(&sc->pc, task, thread);
+        return;
+    }
+    req_state *r = &sc->pc.ws->reqs[task - sc->n_score];
+    for (int spins = 0; atomic_load_explicit(&r->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < 4096) __builtin_ia32_pause();
+        else sched_yield(); /* the thread scoring it was descheduled */
+    }
+    finish_task(&sc->pc, task - sc->n_score, thread);
 }
 
 /* The scoring of every request's segments cut into tasks of about equal unit
@@ -506,7 +536,10 @@ static void score_task_run(void *ctx, int task, int thread) {
 static kvc_status plan_score_tasks(kvc_attend_ws *ws, kvc_attend_req *reqs, int n_req, int n_threads,
                                    int forced, int *n_tasks) {
     size_t total = 0;
-    for (int i = 0; i < n_req; i++) total += ws->reqs[i].st == KVC_OK ? ws->reqs[i].nu : 0;
+    for (int i = 0; i < n_req; i++) {
+        total += ws->reqs[i].st == KVC_OK ? ws->reqs[i].nu : 0;
+        atomic_store_explicit(&ws->reqs[i].pending, 0, memory_order_relaxed);
+    }
     *n_tasks = 0;
     if (total == 0) return KVC_OK;
     size_t size = total / ((size_t)SCORE_TASKS_PER_THREAD * (size_t)n_threads);
@@ -529,6 +562,7 @@ static kvc_status plan_score_tasks(kvc_attend_ws *ws, kvc_attend_req *reqs, int 
                     return kvc_fail(KVC_ERR_NOMEM, "scoring tasks");
                 if (acc == 0) ws->stasks[nt++] = (score_task){.p0 = np, .p1 = np};
                 ws->pieces[np++] = (score_piece){.req = i, .seg = gi, .u0 = u0, .u1 = u1};
+                atomic_fetch_add_explicit(&r->pending, 1, memory_order_relaxed);
                 ws->stasks[nt - 1].p1 = np;
                 acc += (size_t)(u1 - u0);
                 if (acc >= size) acc = 0;
@@ -717,12 +751,10 @@ kvc_status kvc_attend(kvc_attend_req *reqs, int n_req, const kvc_attend_opts *o,
         int n_tasks = 0;
         KVC_TRY(plan_score_tasks(ws, reqs, n_req, n_threads, o->score_units, &n_tasks));
         double t0 = kvc_now_s();
-        kvc_pool_run(pool, n_tasks, score_task_run, &pc);
+        select_ctx sc = {.pc = pc, .n_score = n_tasks};
+        kvc_pool_run(pool, n_tasks + n_req, select_task, &sc);
         for (int t = 0; t < n_tasks; t++) ws->times.score_s += ws->stasks[t].t;
-        double t1 = kvc_now_s();
-        kvc_pool_run(n_req > 1 ? pool : NULL, n_req, finish_task, &pc);
         t_select = kvc_now_s() - t0;
-        ws->times.score_wall_s += t1 - t0;
         ws->times.select_wall_s += t_select;
     }
     int dmax = 0, dv_max = 1, n_parts = 0;

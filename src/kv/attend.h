@@ -31,14 +31,14 @@ uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws);
  * created: scoring the selectable units (the selectors' score ops) and
  * choosing the top units within the budget (histogram threshold, greedy
  * fill), both as thread time summed over the tasks; the wall time of the
- * scoring round and of the whole selection (scoring, then top-k and work
- * items per request: the rounds between the query maps and the attention);
+ * whole selection (scoring, then top-k and work items per request: the
+ * tasks between the query maps and the attention);
  * and the rest of the calls' wall time (query maps, planning without
  * selection, qk, softmax, pv, merge), i.e. the calls' wall time less the
  * selection's. With one thread score + top-k is about the selection's wall. */
 typedef struct kvc_attend_times {
     double score_s, topk_s, attn_s;
-    double score_wall_s, select_wall_s;
+    double select_wall_s;
     int64_t calls;
     /* top-k (kv/select/topk.h kvc_topk_greedy_segs): selections, units
      * ranked, candidates at or above the sampled threshold (or all units when
