@@ -130,30 +130,58 @@ static inline int32_t seg_len(const kvc_topk_seg *g, int32_t u) {
     return g->ends ? g->ends[u] - (u ? g->ends[u - 1] : 0) : g->len[u];
 }
 
-/* Copies the units of the list that `keep` accepts into the candidate arrays:
- * mode 0 every unit; 1 score >= t; 2 not score >= t (NaN included) and length
- * <= max_len. *min_rest: the shortest unit mode 1 left out. */
+/* One segment's part of gather (below), specialized by the compiler for
+ * each mode and length source (the arrays are restrict: stores to the
+ * candidates cannot change the segment). */
+static inline __attribute__((always_inline)) size_t gather_seg(const float *restrict sc, const int32_t *restrict ends,
+                                                               const int32_t *restrict lens, int32_t n, int32_t idx,
+                                                               const int mode, float t, int64_t max_len,
+                                                               int32_t *restrict cidx, float *restrict cscore,
+                                                               int32_t *restrict clen, size_t nc, int32_t *mr_io) {
+    int32_t prev = 0, mr = *mr_io;
+    for (int32_t u = 0; u < n; u++) {
+        int32_t len;
+        if (ends) {
+            len = ends[u] - prev;
+            prev = ends[u];
+        } else {
+            len = lens[u];
+        }
+        float x = sc[u];
+        int in = mode == 0 ? 1 : mode == 1 ? x >= t : !(x >= t) && len <= max_len;
+        /* written whatever `in` is, kept only if it is: no branch on the score */
+        cidx[nc] = idx + u;
+        cscore[nc] = x;
+        clen[nc] = len;
+        nc += (size_t)in;
+        int32_t out = in ? INT32_MAX : len;
+        mr = out < mr ? out : mr;
+    }
+    *mr_io = mr;
+    return nc;
+}
+
+/* Copies the units of the list that `mode` accepts into the candidate
+ * arrays: 0 every unit; 1 score >= t; 2 not score >= t (NaN included) and
+ * length <= max_len. *min_rest: the shortest unit mode 1 left out. */
 static size_t gather(kvc_topk_ws *ws, const kvc_topk_seg *seg, int n_seg, int mode, float t, int64_t max_len,
                      int32_t *min_rest) {
     size_t nc = 0;
     int32_t idx = 0, mr = INT32_MAX;
+    int32_t *cidx = ws->cidx, *clen = ws->clen;
+    float *cscore = ws->cscore;
     for (int k = 0; k < n_seg; k++) {
         const kvc_topk_seg *g = &seg[k];
-        const float *sc = g->score;
-        int32_t prev = 0;
-        for (int32_t u = 0; u < g->n; u++, idx++) {
-            int32_t len = g->ends ? g->ends[u] - prev : g->len[u];
-            if (g->ends) prev = g->ends[u];
-            float x = sc[u];
-            int in = mode == 0 ? 1 : mode == 1 ? x >= t : !(x >= t) && len <= max_len;
-            /* written whatever `in` is, kept only if it is: no branch on the score */
-            ws->cidx[nc] = idx;
-            ws->cscore[nc] = x;
-            ws->clen[nc] = len;
-            nc += (size_t)in;
-            int32_t out = in ? INT32_MAX : len;
-            mr = out < mr ? out : mr;
-        }
+        if (mode == 0)
+            nc = g->ends ? gather_seg(g->score, g->ends, NULL, g->n, idx, 0, t, max_len, cidx, cscore, clen, nc, &mr)
+                         : gather_seg(g->score, NULL, g->len, g->n, idx, 0, t, max_len, cidx, cscore, clen, nc, &mr);
+        else if (mode == 1)
+            nc = g->ends ? gather_seg(g->score, g->ends, NULL, g->n, idx, 1, t, max_len, cidx, cscore, clen, nc, &mr)
+                         : gather_seg(g->score, NULL, g->len, g->n, idx, 1, t, max_len, cidx, cscore, clen, nc, &mr);
+        else
+            nc = g->ends ? gather_seg(g->score, g->ends, NULL, g->n, idx, 2, t, max_len, cidx, cscore, clen, nc, &mr)
+                         : gather_seg(g->score, NULL, g->len, g->n, idx, 2, t, max_len, cidx, cscore, clen, nc, &mr);
+        idx += g->n;
     }
     if (min_rest) *min_rest = mr;
     return nc;
