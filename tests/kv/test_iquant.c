@@ -12,7 +12,8 @@
  *    (1e-5 of sum |q_c m_c| / sum |p_t m_t|), and a call over several tiles
  *    gives each tile's single-tile scores;
  * over bits 1/2/4, groups 16-128, head dims 16-256, G = 1..8, ragged tails
- * (n not a multiple of anything) and ragged ranges [j0, j1). */
+ * (n not a multiple of anything) and ragged ranges [j0, j1); with zero mins
+ * (no constant terms) the active kernels equal the reference bit for bit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -243,6 +244,81 @@ static void test_every_gqa_group(void **state) {
         }
 }
 
+/* With every min zero (keys and values >= 0, a zero in every channel of a
+ * key tile and in every channel group of a value token) the constant terms
+ * vanish, so the active kernels must give the scalar reference's results bit
+ * for bit: the integer query and weights, their dot products and the f32
+ * scaling (alpha * dot; per block o = fma(beta, acc, o)) are exact or done in
+ * the same order. This catches an integer query or weight that is off by one,
+ * which the tolerance of check_qk / check_pv (1e-5 of the constant term) could
+ * hide. */
+static void exact_case(int bits, int group, int dim, int n, int G) {
+    kvc_quant_cfg cfg = {bits, group};
+    kvc_codec kc, vc;
+    kvc_quant_codecs(&cfg, dim, &kc, &vc);
+    float *x = malloc(sizeof(float) * (size_t)n * dim);
+    for (int t = 0; t < n; t++)
+        for (int c = 0; c < dim; c++)
+            x[(size_t)t * dim + c] = (t % group == 0 || c % group == 0) ? 0.0f
+                                     : fabsf(frand()) * (c % 13 == 1 ? 8.0f : 1.0f);
+    void *kb = NULL, *vb = NULL;
+    assert_int_equal(kc.ops->encode(&kc, x, n, dim, &kb), KVC_OK);
+    assert_int_equal(vc.ops->encode(&vc, x, n, dim, &vb), KVC_OK);
+    float *q = malloc(sizeof(float) * (size_t)G * dim);
+    for (int i = 0; i < G * dim; i++) q[i] = frand() * (i % 7 == 3 ? 6.0f : 1.0f);
+    enum { MAXT = 16 };
+    kvc_iq_ktile tiles[MAXT];
+    int ntiles = (n + group - 1) / group, nt = ntiles < MAXT ? ntiles : MAXT, len = 0;
+    for (int i = 0; i < nt; i++) tiles[i] = kvc_iq_ktile_of(kb, i), len += tiles[i].n;
+    for (int trial = 0; trial < 3; trial++) {
+        int j0 = trial == 0 ? 0 : (int)(rnd() % (unsigned)len);
+        int j1 = trial == 0 ? len : j0 + 1 + (int)(rnd() % (unsigned)(len - j0));
+        float *sr = malloc(sizeof(float) * (size_t)G * len), *sa = malloc(sizeof(float) * (size_t)G * len);
+        kvc_iq_ref.qk(tiles, nt, q, dim, G, j0, j1, sr, len);
+        kvc_iq_k.qk(tiles, nt, q, dim, G, j0, j1, sa, len);
+        for (int h = 0; h < G; h++)
+            for (int j = j0; j < j1; j++)
+                if (memcmp(&sr[(size_t)h * len + j - j0], &sa[(size_t)h * len + j - j0], sizeof(float)))
+                    fail_msg("exact qk bits %d group %d dim %d n %d G %d [%d,%d) head %d token %d: ref %.9g active %.9g",
+                             bits, group, dim, n, G, j0, j1, h, j, sr[(size_t)h * len + j - j0],
+                             sa[(size_t)h * len + j - j0]);
+        free(sr);
+        free(sa);
+        kvc_iq_vblob v = kvc_iq_vblob_of(vb);
+        int b0 = trial == 0 ? 0 : (int)(rnd() % (unsigned)n);
+        int b1 = trial == 0 ? n : b0 + 1 + (int)(rnd() % (unsigned)(n - b0)), plen = b1 - b0;
+        float *p = malloc(sizeof(float) * (size_t)G * plen);
+        for (int i = 0; i < G * plen; i++) {
+            float u = (float)rnd() / 4294967296.0f;
+            p[i] = (i % 5 == 0) ? 0.0f : expf(6.0f * (u - 1.0f));
+        }
+        float *orf = malloc(sizeof(float) * (size_t)G * dim), *oa = malloc(sizeof(float) * (size_t)G * dim);
+        for (int i = 0; i < G * dim; i++) orf[i] = oa[i] = frand();
+        kvc_iq_ref.pv(&v, p, plen, G, b0, b1, orf, dim);
+        kvc_iq_k.pv(&v, p, plen, G, b0, b1, oa, dim);
+        for (int i = 0; i < G * dim; i++)
+            if (memcmp(&orf[i], &oa[i], sizeof(float)))
+                fail_msg("exact pv bits %d group %d dim %d n %d G %d [%d,%d) head %d channel %d: ref %.9g active %.9g",
+                         bits, group, dim, n, G, b0, b1, i / dim, i % dim, orf[i], oa[i]);
+        free(p);
+        free(orf);
+        free(oa);
+    }
+    kc.ops->free(&kc, kb);
+    vc.ops->free(&vc, vb);
+    free(x);
+    free(q);
+}
+
+static void test_integer_parts_exact(void **state) {
+    (void)state;
+    const int bits[] = {1, 2, 4}, dims[] = {16, 48, 64, 128, 256}, ns[] = {1, 31, 100, 261};
+    for (int bi = 0; bi < 3; bi++)
+        for (int di = 0; di < 5; di++)
+            for (int ni = 0; ni < 4; ni++)
+                for (int G = 1; G <= 8; G++) exact_case(bits[bi], 16 << (ni % 2), dims[di], ns[ni], G);
+}
+
 static void test_unsupported_falls_back(void **state) {
     (void)state;
     kvc_quant_cfg c3 = {3, 32}, g8 = {4, 8}, ok = {4, 32};
@@ -264,6 +340,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kernels_all_shapes),
         cmocka_unit_test(test_every_gqa_group),
+        cmocka_unit_test(test_integer_parts_exact),
         cmocka_unit_test(test_unsupported_falls_back),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -37,24 +37,45 @@ static inline __mmask16 lanes(int first, int lo, int hi) {
 
 /* ---- qk ------------------------------------------------------------------------ */
 
-/* The query of one head for one tile in two int8 halves (the bytes beyond dim
- * are left as they are: the caller zeroes them once): xq = q * QMAX / qmax
- * (per call), scn = s / smax (per tile), Q = round(xq * scn), the values of
- * kvc_iq_query_ref (|Q| <= QMAX without a clamp: both factors are at most 1
- * up to rounding). ok = 0 (q or the scales unusable) gives a zero query, as
- * the reference. Returns the constant term sum_c q_c m_c. */
-static inline float query_tile(const float *q, const float *xq, const __m512 *scn, const __m512 *mn, int nv,
-                               int ok, int8_t *hi, int8_t *lo) {
-    __m512 ct = _mm512_setzero_ps();
-    const __m512i half = _mm512_set1_epi32(128);
-    for (int i = 0; i < nv; i++) {
-        ct = _mm512_fmadd_ps(_mm512_loadu_ps(q + 16 * i), mn[i], ct);
-        __m512i v = ok ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xq + 16 * i), scn[i]))
-                       : _mm512_setzero_si512();
-        _mm_storeu_si128((__m128i *)(lo + 16 * i), _mm512_cvtepi32_epi8(v)); /* the low byte */
-        _mm_storeu_si128((__m128i *)(hi + 16 * i), _mm512_cvtepi32_epi8(_mm512_srai_epi32(_mm512_add_epi32(v, half), 8)));
+/* The query of one head for one tile in two int8 halves, 64 channels (four
+ * vectors) at a time: xq = q * QMAX / qmax (per call), scn = s / smax (per
+ * tile), Q = round(xq * scn), the values of kvc_iq_query_ref (|Q| <= QMAX
+ * without a clamp: both factors are at most 1 up to rounding). The four i32
+ * vectors are narrowed with saturating packs (exact: |Q| <= 32512 fits i16,
+ * hi in [-127, 127] and lo in [-128, 127] fit i8): hi = (Q + 128) >> 8,
+ * lo = Q - 256 hi on 32 i16 lanes, one vpacksswb each, where a vpmovdb per
+ * 16 channels and half was two uops; the packs interleave per 128-bit lane
+ * (dword 4L + j holds channels 16j + 4L..), which one vpermd puts back in
+ * channel order. Channels from dim up to the next multiple of 64 get zero
+ * bytes (the 1-bit words read up to 32 channels past a multiple of 16).
+ * ok = 0 (q or the scales unusable) gives a zero query, as the reference. */
+static inline void query_tile(const float *xq, const __m512 *scn, int nv, int ok, int8_t *hi, int8_t *lo) {
+    const __m512i h128 = _mm512_set1_epi16(128);
+    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    for (int u = 0; u < nv; u += 4) {
+        __m512i v[4];
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            v[j] = ok && u + j < nv ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xq + 16 * (u + j)), scn[u + j]))
+                                    : _mm512_setzero_si512();
+        __m512i a = _mm512_packs_epi32(v[0], v[1]), b = _mm512_packs_epi32(v[2], v[3]);
+        __m512i ha = _mm512_srai_epi16(_mm512_add_epi16(a, h128), 8), hb = _mm512_srai_epi16(_mm512_add_epi16(b, h128), 8);
+        __m512i la = _mm512_sub_epi16(a, _mm512_slli_epi16(ha, 8)), lb = _mm512_sub_epi16(b, _mm512_slli_epi16(hb, 8));
+        _mm512_storeu_si512(hi + 16 * u, _mm512_permutexvar_epi32(tr, _mm512_packs_epi16(ha, hb)));
+        _mm512_storeu_si512(lo + 16 * u, _mm512_permutexvar_epi32(tr, _mm512_packs_epi16(la, lb)));
     }
-    return _mm512_reduce_add_ps(ct);
+}
+
+/* Four horizontal sums at once (lane i of the result: the sum of x[i]'s
+ * lanes): two rounds of 128-bit shuffles and two in-lane permutes for the
+ * four, where four _mm512_reduce_add_ps take about eight operations each. */
+static inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 t0 = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    __m512 t1 = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, 0x44), _mm512_shuffle_f32x4(c, d, 0xEE));
+    __m512 u = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x88), _mm512_shuffle_f32x4(t0, t1, 0xDD));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(2, 3, 0, 1)));
+    u = _mm512_add_ps(u, _mm512_permute_ps(u, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
 }
 
 /* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves NB blocks. */
@@ -140,11 +161,6 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
     const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
     float xq[4][KVC_IQ_MAX_DIM];
-    int width = kvc_iq_kwords(tiles[0].bits, dim) * kvc_iq_cpw(tiles[0].bits); /* query bytes the words read */
-    for (int h = 0; h < 4 && width > dim; h++) { /* beyond dim (1-bit words of 32 channels): zero */
-        memset((int8_t *)qh[h] + dim, 0, (size_t)(width - dim));
-        memset((int8_t *)ql[h] + dim, 0, (size_t)(width - dim));
-    }
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4, qok[4];
         float qa[4];
@@ -172,12 +188,17 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
             int sok = smax > 0.0f && isfinite(smax);
             __m512 inv_s = _mm512_set1_ps(1.0f / smax);
             for (int v = 0; v < nv; v++) sc[v] = _mm512_mul_ps(sc[v], inv_s); /* s / smax */
+            /* the constant terms sum_c q_c m_c of the heads in one pass over the mins */
+            __m512 ct[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+            for (int v = 0; v < nv; v++)
+                for (int h = 0; h < nh; h++)
+                    ct[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)(h0 + h) * ldq + 16 * v), mn[v], ct[h]);
             float alpha[4], cterm[4];
+            _mm_storeu_ps(cterm, hsum4(ct[0], ct[1], ct[2], ct[3]));
             for (int h = 0; h < nh; h++) {
                 int ok = sok && qok[h];
                 alpha[h] = ok ? qa[h] * smax : 0.0f;
-                cterm[h] = query_tile(q + (size_t)(h0 + h) * ldq, xq[h], sc, mn, nv, ok, (int8_t *)qh[h],
-                                      (int8_t *)ql[h]);
+                query_tile(xq[h], sc, nv, ok, (int8_t *)qh[h], (int8_t *)ql[h]);
             }
             qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,
                      a - tb, e - tb, s + (size_t)h0 * lds + (a - j0), lds, nh);
