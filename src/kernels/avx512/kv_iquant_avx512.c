@@ -208,23 +208,53 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
 
 /* ---- pv ------------------------------------------------------------------------ */
 
-enum { PV_NH = 8, MAX_G = KVC_IQ_MAX_DIM / 16 };
+enum { PV_NH = 8, MAX_G = KVC_IQ_MAX_DIM / 16, MAX_PAIR = PV_NH * MAX_G };
 
+/* Per (head, channel group) pair k = h * ng + g of the current block. */
 typedef struct pv_state {
-    uint32_t wq[PV_NH][MAX_G][KVC_IQ_VBLOCK / 4]; /* u8 weights, four tokens per word */
-    float beta[PV_NH][MAX_G];
-    __m512 mt[PV_NH][MAX_G]; /* running sum_t p_t m_tg, per lane */
+    uint32_t wq[MAX_PAIR + 1][KVC_IQ_VBLOCK / 4]; /* u8 weights, four tokens per word (+1: pairs are written two at a time) */
+    float beta[MAX_PAIR + 1];
+    __m512 mt[MAX_PAIR]; /* running sum_t p_t m_tg, per lane */
 } pv_state;
 
+/* Lane of pair k in the result of max16: the reduction tree leaves pair k
+ * (k < 16) in lane 4 (k % 4) + k / 4. */
+static inline int max16_lane(int k) { return 4 * (k % 4) + k / 4; }
+
+/* The maxima of the lanes of x[0..n) (n <= 16; x[k] for k >= n is not read)
+ * in one vector, lane max16_lane(k) for x[k], 0 in the other lanes: a tree of
+ * 128-bit shuffles, in-lane unpacks and maxima, about 3 operations per
+ * vector where one _mm512_reduce_max_ps each takes about eight. */
+static inline __m512 max16(const __m512 *x, int n) {
+    const __m512 z = _mm512_setzero_ps();
+    __m512 t[8], u[4], w[2];
+    for (int i = 0; 2 * i < n; i++) { /* t[i]: x[2i] in 128-bit blocks 0-1, x[2i+1] in 2-3 */
+        __m512 a = x[2 * i], b = 2 * i + 1 < n ? x[2 * i + 1] : z;
+        t[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+    }
+    for (int i = 0; 4 * i < n; i++) { /* u[i]: block j holds x[4i + j]'s four candidates */
+        __m512 a = t[2 * i], b = 4 * i + 2 < n ? t[2 * i + 1] : z;
+        u[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x88), _mm512_shuffle_f32x4(a, b, 0xDD));
+    }
+    for (int i = 0; 8 * i < n; i++) { /* w[i]: block j = [x[8i+j], x[8i+4+j], same, same] */
+        __m512 a = u[2 * i], b = 8 * i + 4 < n ? u[2 * i + 1] : z;
+        w[i] = _mm512_max_ps(_mm512_unpacklo_ps(a, b), _mm512_unpackhi_ps(a, b));
+    }
+    __m512d a = _mm512_castps_pd(w[0]), b = n > 8 ? _mm512_castps_pd(w[1]) : _mm512_setzero_pd();
+    return _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+
 /* u8 weights of one 32-token block for heads [0, nh) and every channel group:
- * the f16 parameters of the block converted once per group, the products
- * p_t s_tg and their maxima per (head, group), then one vector division for
- * the 255 / max of up to 16 (head, group) pairs instead of one scalar division
- * each (the same IEEE quotients as the reference). */
+ * the f16 parameters of the block converted once per group, each head's
+ * probabilities loaded once, the products p_t s_tg of every (head, group)
+ * pair, their maxima for up to 16 pairs in one reduction tree and one vector
+ * division for the 255 / max (the same IEEE quotients as the reference), and
+ * the u8 rounding of two pairs at a time with saturating packs (exact: the
+ * rounded products lie in 0..255) and one vpermd. */
 static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
                        int j1, int ng, pv_state *st) {
     __mmask16 m0 = lanes(blk, j0, j1), m1 = lanes(blk + 16, j0, j1);
-    __m512 sv[MAX_G][2], nv[MAX_G][2];
+    __m512 sv[MAX_G][2], nv[MAX_G][2], p0[PV_NH], p1[PV_NH];
     for (int g = 0; g < ng; g++) {
         const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;
         if (blk + PF_PARAM < v->npad) { /* the parameter planes are streams of their own */
@@ -236,36 +266,43 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
         nv[g][0] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)mn));
         nv[g][1] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(mn + 16)));
     }
+    for (int h = 0; h < nh; h++) {
+        const float *ph = p + (size_t)h * ldp + blk - j0; /* lane l: token blk + l */
+        p0[h] = _mm512_maskz_loadu_ps(m0, ph), p1[h] = _mm512_maskz_loadu_ps(m1, ph + 16);
+    }
+    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     const int npair = nh * ng;
     for (int k0 = 0; k0 < npair; k0 += 16) {
         int nk = npair - k0 < 16 ? npair - k0 : 16;
-        __m512 w[16][2];
-        float wm[16];
+        __m512 w[16][2], wm[16];
         int h = k0 / ng, g = k0 % ng; /* pair k0 + k is (h, g); stepped, not divided */
         for (int k = 0; k < nk; k++, g = g + 1 == ng ? (h++, 0) : g + 1) {
-            const float *ph = p + (size_t)h * ldp + blk - j0; /* lane l: token blk + l */
-            __m512 p0 = _mm512_maskz_loadu_ps(m0, ph), p1 = _mm512_maskz_loadu_ps(m1, ph + 16);
-            st->mt[h][g] = _mm512_fmadd_ps(p0, nv[g][0], _mm512_fmadd_ps(p1, nv[g][1], st->mt[h][g]));
-            w[k][0] = _mm512_mul_ps(p0, sv[g][0]);
-            w[k][1] = _mm512_mul_ps(p1, sv[g][1]);
-            wm[k] = _mm512_reduce_max_ps(_mm512_max_ps(w[k][0], w[k][1]));
+            st->mt[k0 + k] = _mm512_fmadd_ps(p0[h], nv[g][0], _mm512_fmadd_ps(p1[h], nv[g][1], st->mt[k0 + k]));
+            w[k][0] = _mm512_mul_ps(p0[h], sv[g][0]);
+            w[k][1] = _mm512_mul_ps(p1[h], sv[g][1]);
+            wm[k] = _mm512_max_ps(w[k][0], w[k][1]);
         }
-        __mmask16 live = (__mmask16)((1u << nk) - 1);
-        __m512 wmax = _mm512_mask_loadu_ps(_mm512_set1_ps(1.0f), live, wm);
+        __m512 wmax = max16(wm, nk); /* lanes of no pair: 0 */
         /* usable maxima: > 0 and finite (NaN compares false) */
         __mmask16 ok = _mm512_cmp_ps_mask(wmax, _mm512_setzero_ps(), _CMP_GT_OQ) &
-                       _mm512_cmp_ps_mask(wmax, _mm512_set1_ps(INFINITY), _CMP_LT_OQ) & live;
+                       _mm512_cmp_ps_mask(wmax, _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
         float inv[16], beta[16];
         _mm512_storeu_ps(inv, _mm512_maskz_div_ps(ok, _mm512_set1_ps(255.0f), wmax));
         _mm512_storeu_ps(beta, _mm512_maskz_mul_ps(ok, wmax, _mm512_set1_ps(1.0f / 255.0f)));
-        h = k0 / ng, g = k0 % ng;
-        for (int k = 0; k < nk; k++, g = g + 1 == ng ? (h++, 0) : g + 1) {
-            __m512 iv = _mm512_set1_ps(inv[k]); /* 0 for an unusable block: zero weights */
-            __m128i q0 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][0], iv)));
-            __m128i q1 = _mm512_cvtusepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][1], iv)));
-            _mm_storeu_si128((__m128i *)st->wq[h][g], q0);
-            _mm_storeu_si128((__m128i *)st->wq[h][g] + 1, q1);
-            st->beta[h][g] = beta[k];
+        for (int k = 0; k < nk; k += 2) { /* 0 for an unusable block: zero weights */
+            __m512 i0 = _mm512_set1_ps(inv[max16_lane(k)]);
+            __m512i a = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][0], i0)),
+                                           _mm512_cvtps_epi32(_mm512_mul_ps(w[k][1], i0)));
+            __m512i b = _mm512_setzero_si512();
+            if (k + 1 < nk) {
+                __m512 i1 = _mm512_set1_ps(inv[max16_lane(k + 1)]);
+                b = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k + 1][0], i1)),
+                                       _mm512_cvtps_epi32(_mm512_mul_ps(w[k + 1][1], i1)));
+            }
+            /* dword 4L + j: tokens 4L.. of vector j (pair k's two, then pair k + 1's) */
+            _mm512_storeu_si512(st->wq[k0 + k], _mm512_permutexvar_epi32(tr, _mm512_packus_epi16(a, b)));
+            st->beta[k0 + k] = beta[max16_lane(k)];
+            st->beta[k0 + k + 1] = k + 1 < nk ? beta[max16_lane(k + 1)] : 0.0f;
         }
     }
 }
@@ -273,6 +310,7 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
 static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v, const pv_state *st,
                                                            int blk, float *o, int ldo, const int BITS,
                                                            const int NH) {
+    const int ng = (v->dim + v->group - 1) / v->group;
     const int nk = 8 / BITS, tpw = 32 / BITS;
     const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
     const uint32_t *codes = v->codes + (size_t)(blk / tpw) * v->dim;
@@ -291,13 +329,13 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
                 __m512i cd = _mm512_and_si512(_mm512_srli_epi32(x, BITS * k), mask);
                 #pragma GCC unroll 8
                 for (int h = 0; h < NH; h++)
-                    acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h][g][wb * nk + k]), cd);
+                    acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h * ng + g][wb * nk + k]), cd);
             }
         }
         #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) {
             float *oh = o + (size_t)h * ldo + c;
-            _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]), _mm512_set1_ps(st->beta[h][g]),
+            _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]), _mm512_set1_ps(st->beta[h * ng + g]),
                                                  _mm512_loadu_ps(oh)));
         }
     }
@@ -329,10 +367,11 @@ static void pv_avx512(const kvc_iq_vblob *v, const float *p, int ldp, int G, int
         int nh = G - h0 < PV_NH ? G - h0 : PV_NH;
         /* heads 5..7 run as a group of 8 with zero weights for the missing ones */
         int nrun = nh <= 4 ? nh : PV_NH;
-        memset(st.wq, 0, sizeof st.wq);
-        memset(st.beta, 0, sizeof st.beta);
-        for (int h = 0; h < nh; h++)
-            for (int g = 0; g < ng; g++) st.mt[h][g] = _mm512_setzero_ps();
+        /* only the pairs of missing heads need zero weights (the others are
+         * written per block): no memset of the whole state per call */
+        memset(st.wq[nh * ng], 0, sizeof st.wq[0] * (size_t)((nrun - nh) * ng + 1));
+        memset(st.beta + nh * ng, 0, sizeof st.beta[0] * (size_t)((nrun - nh) * ng + 1));
+        for (int k = 0; k < nh * ng; k++) st.mt[k] = _mm512_setzero_ps();
         float obuf[PV_NH * KVC_IQ_MAX_DIM];
         float *ob = o + (size_t)h0 * ldo;
         int ldb = ldo;
@@ -349,7 +388,7 @@ static void pv_avx512(const kvc_iq_vblob *v, const float *p, int ldp, int G, int
         for (int h = 0; h < nh; h++) {
             float *oh = ob + (size_t)h * ldb;
             for (int g = 0; g < ng; g++) {
-                __m512 m = _mm512_set1_ps(_mm512_reduce_add_ps(st.mt[h][g]));
+                __m512 m = _mm512_set1_ps(_mm512_reduce_add_ps(st.mt[h * ng + g]));
                 int c1 = (g + 1) * v->group < v->dim ? (g + 1) * v->group : v->dim;
                 for (int c = g * v->group; c < c1; c += 16)
                     _mm512_storeu_ps(oh + c, _mm512_add_ps(_mm512_loadu_ps(oh + c), m));
