@@ -37,21 +37,40 @@ static inline __mmask16 lanes(int first, int lo, int hi) {
 
 /* ---- qk ------------------------------------------------------------------------ */
 
+/* Byte indices (vpermt2b over the two i16 vectors packssdw(v0, v1) and
+ * packssdw(v2, v3) of a 64-channel unit) that put channel c's low byte (lo)
+ * or high byte (hi) at byte c: channel c = 16 j + 4 L + m sits in i16 word
+ * 8 L + m + 4 (j % 2) of source j / 2 (the packs interleave per 128-bit lane
+ * L). */
+static const int8_t idx_lo[64] = {
+    0, 2, 4, 6, 16, 18, 20, 22, 32, 34, 36, 38, 48, 50, 52, 54,
+    8, 10, 12, 14, 24, 26, 28, 30, 40, 42, 44, 46, 56, 58, 60, 62,
+    64, 66, 68, 70, 80, 82, 84, 86, 96, 98, 100, 102, 112, 114, 116, 118,
+    72, 74, 76, 78, 88, 90, 92, 94, 104, 106, 108, 110, 120, 122, 124, 126,
+};
+static const int8_t idx_hi[64] = {
+    1, 3, 5, 7, 17, 19, 21, 23, 33, 35, 37, 39, 49, 51, 53, 55,
+    9, 11, 13, 15, 25, 27, 29, 31, 41, 43, 45, 47, 57, 59, 61, 63,
+    65, 67, 69, 71, 81, 83, 85, 87, 97, 99, 101, 103, 113, 115, 117, 119,
+    73, 75, 77, 79, 89, 91, 93, 95, 105, 107, 109, 111, 121, 123, 125, 127,
+};
+
 /* The query of one head for one tile in two int8 halves, 64 channels (four
  * vectors) at a time: xq = q * QMAX / qmax (per call), scn = s / smax (per
  * tile), Q = round(xq * scn), the values of kvc_iq_query_ref (|Q| <= QMAX
  * without a clamp: both factors are at most 1 up to rounding). The four i32
- * vectors are narrowed with saturating packs (exact: |Q| <= 32512 fits i16,
- * hi in [-127, 127] and lo in [-128, 127] fit i8): hi = (Q + 128) >> 8,
- * lo = Q - 256 hi on 32 i16 lanes, one vpacksswb each, where a vpmovdb per
- * 16 channels and half was two uops; the packs interleave per 128-bit lane
- * (dword 4L + j holds channels 16j + 4L..), which one vpermd puts back in
- * channel order. Channels from dim up to the next multiple of 64 get zero
- * bytes (the 1-bit words read up to 32 channels past a multiple of 16).
+ * vectors are narrowed to i16 with saturating packs (exact: |Q| <= 32512),
+ * and two vpermt2b pick the bytes in channel order: lo = the low byte of Q,
+ * hi = the high byte of Q + 128 (= floor((Q + 128) / 256), in [-127, 127]:
+ * Q + 128 still fits i16), so lo = Q - 256 hi as in the reference. Per 64
+ * channels and head: 4 products and 4 conversions on the FP port, 4 shuffles
+ * and 2 adds elsewhere (a vpmovdb per 16 channels and half was two uops, and
+ * an i32 shift each). Channels from dim up to the next multiple of 64 get
+ * zero bytes (the 1-bit words read up to 32 channels past a multiple of 16).
  * ok = 0 (q or the scales unusable) gives a zero query, as the reference. */
-static inline void query_tile(const float *xq, const __m512 *scn, int nv, int ok, int8_t *hi, int8_t *lo) {
+static inline void query_tile(const float *xq, const __m512 *scn, int nv, int ok, __m512i ilo, __m512i ihi,
+                              int8_t *hi, int8_t *lo) {
     const __m512i h128 = _mm512_set1_epi16(128);
-    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     for (int u = 0; u < nv; u += 4) {
         __m512i v[4];
         #pragma GCC unroll 4
@@ -59,10 +78,9 @@ static inline void query_tile(const float *xq, const __m512 *scn, int nv, int ok
             v[j] = ok && u + j < nv ? _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xq + 16 * (u + j)), scn[u + j]))
                                     : _mm512_setzero_si512();
         __m512i a = _mm512_packs_epi32(v[0], v[1]), b = _mm512_packs_epi32(v[2], v[3]);
-        __m512i ha = _mm512_srai_epi16(_mm512_add_epi16(a, h128), 8), hb = _mm512_srai_epi16(_mm512_add_epi16(b, h128), 8);
-        __m512i la = _mm512_sub_epi16(a, _mm512_slli_epi16(ha, 8)), lb = _mm512_sub_epi16(b, _mm512_slli_epi16(hb, 8));
-        _mm512_storeu_si512(hi + 16 * u, _mm512_permutexvar_epi32(tr, _mm512_packs_epi16(ha, hb)));
-        _mm512_storeu_si512(lo + 16 * u, _mm512_permutexvar_epi32(tr, _mm512_packs_epi16(la, lb)));
+        _mm512_storeu_si512(lo + 16 * u, _mm512_permutex2var_epi8(a, ilo, b));
+        _mm512_storeu_si512(hi + 16 * u, _mm512_permutex2var_epi8(_mm512_add_epi16(a, h128), ihi,
+                                                                   _mm512_add_epi16(b, h128)));
     }
 }
 
@@ -161,6 +179,7 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
     const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
     float xq[4][KVC_IQ_MAX_DIM];
+    const __m512i ilo = _mm512_loadu_si512(idx_lo), ihi = _mm512_loadu_si512(idx_hi);
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4, qok[4];
         float qa[4];
@@ -198,7 +217,7 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
             for (int h = 0; h < nh; h++) {
                 int ok = sok && qok[h];
                 alpha[h] = ok ? qa[h] * smax : 0.0f;
-                query_tile(xq[h], sc, nv, ok, (int8_t *)qh[h], (int8_t *)ql[h]);
+                query_tile(xq[h], sc, nv, ok, ilo, ihi, (int8_t *)qh[h], (int8_t *)ql[h]);
             }
             qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,
                      a - tb, e - tb, s + (size_t)h0 * lds + (a - j0), lds, nh);
