@@ -5,7 +5,8 @@
  * words must be byte-identical, padding included, over bits 1/2/4, groups
  * 16-128, head dims 16-256, ragged token counts, a row stride wider than the
  * head dim, and rows with NaN, signed zeros, constant values and values
- * beyond the f16 range. */
+ * beyond the f16 range; the key tiles' stored largest scale and its
+ * reciprocal equal kvc_iq_tile_smax of the scales. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -76,6 +77,10 @@ static void check_k(const kvc_quant_cfg *q, int dim, int n, int ld, const float 
         assert_memory_equal(t.mins, mins, (size_t)dim * 2);
         assert_memory_equal(t.scales, scales, (size_t)dim * 2);
         assert_memory_equal(t.codes, codes, nw * 4);
+        /* the tile's stored largest scale and reciprocal: the reference's, bit for bit */
+        float smax = kvc_iq_tile_smax(scales, dim), inv = 1.0f / smax;
+        assert_memory_equal(&t.smax, &smax, sizeof smax);
+        assert_memory_equal(&t.inv_smax, &inv, sizeof inv);
         free(codes);
     }
 }

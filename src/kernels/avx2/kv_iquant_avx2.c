@@ -169,11 +169,9 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
             const kvc_iq_ktile *t = &tiles[i];
             int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t->n ? j1 : tb + t->n;
             if (a >= e) continue;
-            __m256 sm = _mm256_setzero_ps();
-            for (int c = 0; c < dim; c += 8) sm = _mm256_max_ps(sm, load_f16x8(t->scales + c));
-            float smax = hmax(sm);
+            float smax = t->smax; /* stored per tile with its reciprocal */
             int sok = smax > 0.0f && isfinite(smax);
-            __m256 inv_s = _mm256_set1_ps(1.0f / smax);
+            __m256 inv_s = _mm256_set1_ps(t->inv_smax);
             for (int c = 0; c < dim; c += 8) _mm256_storeu_ps(scn + c, _mm256_mul_ps(load_f16x8(t->scales + c), inv_s));
             float alpha[4], cterm[4];
             for (int h = 0; h < nh; h++) {

@@ -1,8 +1,9 @@
 /* AVX-512 VNNI kernels of the integer quant codecs (iquant.h).
  *
- * qk: per call, the largest |q_c| of each head; per tile, the tile's largest
- * scale, and the query of each head becomes a 15-bit integer (q_c s_c /
- * alpha) in two int8 halves, and the constant sum_c q_c m_c; then per two
+ * qk: per call, the largest |q_c| of each head; per tile (the blob stores
+ * its largest scale and the reciprocal), the query of each head becomes a
+ * 15-bit integer (q_c s_c / alpha) in two int8 halves, and the constant
+ * sum_c q_c m_c of all heads in one pass; then per two
  * blocks of 16 tokens, one load per key word (16 tokens x cpw channels),
  * `8/bits` shift-and-mask steps that leave four channels of one token in each
  * 32-bit lane, and two vpdpbusd (high and low query half) per step, block and
@@ -197,16 +198,15 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
             const kvc_iq_ktile *t = &tiles[i];
             int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t->n ? j1 : tb + t->n;
             if (a >= e) continue;
-            __m512 sc[KVC_IQ_MAX_DIM / 16], mn[KVC_IQ_MAX_DIM / 16], sm = _mm512_setzero_ps();
-            for (int v = 0; v < nv; v++) {
-                sc[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * v)));
-                mn[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * v)));
-                sm = _mm512_max_ps(sm, sc[v]);
-            }
-            float smax = _mm512_reduce_max_ps(sm);
+            /* the tile's largest scale and its reciprocal come from the blob */
+            float smax = t->smax;
             int sok = smax > 0.0f && isfinite(smax);
-            __m512 inv_s = _mm512_set1_ps(1.0f / smax);
-            for (int v = 0; v < nv; v++) sc[v] = _mm512_mul_ps(sc[v], inv_s); /* s / smax */
+            __m512 sc[KVC_IQ_MAX_DIM / 16], mn[KVC_IQ_MAX_DIM / 16], inv_s = _mm512_set1_ps(t->inv_smax);
+            for (int v = 0; v < nv; v++) {
+                sc[v] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * v))),
+                                      inv_s); /* s / smax */
+                mn[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * v)));
+            }
             /* the constant terms sum_c q_c m_c of the heads in one pass over the mins */
             __m512 ct[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
             for (int v = 0; v < nv; v++)

@@ -84,17 +84,28 @@ static size_t k_tile_bytes(int bits, int dim, int tn) {
     return (size_t)dim * 4 + (size_t)nb * kvc_iq_kwords(bits, dim) * KVC_IQ_KBLOCK * 4;
 }
 
-static size_t k_data_bytes(int bits, int group, int dim, int n) {
+/* The tiles, then (64-byte aligned, as every tile's size is a multiple of 64)
+ * two floats per tile: its largest scale and the reciprocal. */
+static size_t k_tiles_bytes(int bits, int group, int dim, int n) {
     int full = n / group, rest = n % group;
     return (size_t)full * k_tile_bytes(bits, dim, group) + (rest ? k_tile_bytes(bits, dim, rest) : 0);
 }
 
+static size_t k_data_bytes(int bits, int group, int dim, int n) {
+    return k_tiles_bytes(bits, group, dim, n) + (size_t)(n + group - 1) / group * 2 * sizeof(float);
+}
+
+static float *k_stats(const iqblob *b) {
+    return (float *)(b->data + k_tiles_bytes(b->bits, b->group, b->dim, b->n));
+}
+
 static kvc_iq_ktile k_tile(const iqblob *b, int t) {
     const uint8_t *base = b->data + (size_t)t * k_tile_bytes(b->bits, b->dim, b->group);
+    const float *st = k_stats(b) + 2 * (size_t)t;
     int tn = b->n - t * b->group;
     if (tn > b->group) tn = b->group;
     return (kvc_iq_ktile){(const kvc_f16 *)base, (const kvc_f16 *)(base + (size_t)b->dim * 2),
-                          (const uint32_t *)(base + (size_t)b->dim * 4), tn, b->dim, b->bits};
+                          (const uint32_t *)(base + (size_t)b->dim * 4), tn, b->dim, b->bits, st[0], st[1]};
 }
 
 kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t) { return k_tile(blob, t); }
@@ -103,7 +114,7 @@ kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t) { return k_tile(blob, t); 
  * tokens for each channel's min and max (in token order, as the row encoder
  * meets them: it decides the sign of a zero min), the f16 parameters per
  * channel, then each token's codes packed straight into its words. */
-static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t) {
+static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t, float *stats) {
     int dim = t->dim, bits = t->bits, cpw = kvc_iq_cpw(bits), kw = kvc_iq_kwords(bits, dim);
     int qm = (1 << bits) - 1;
     float mn[MAX_DIM], mx[MAX_DIM], minf[MAX_DIM], scf[MAX_DIM];
@@ -117,11 +128,15 @@ static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t) {
         }
     }
     kvc_f16 *mins = (kvc_f16 *)t->mins, *scales = (kvc_f16 *)t->scales;
+    float smax = 0.0f;
     for (int c = 0; c < dim; c++) {
         kvc_quant_params(mn[c], mx[c], bits, &mins[c], &scales[c]);
         minf[c] = kvc_f16_to_f32(mins[c]);
         scf[c] = kvc_f16_to_f32(scales[c]);
+        if (!(scf[c] <= smax)) smax = scf[c]; /* as kvc_iq_tile_smax */
     }
+    stats[0] = smax;
+    stats[1] = 1.0f / smax;
     uint32_t *codes = (uint32_t *)t->codes;
     code_row cr = {{0}}; /* channels dim.. stay 0: the last word's padding */
     for (int j = 0; j < t->n; j++) {
@@ -140,7 +155,7 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
     b->n_tiles = (n + q->group - 1) / q->group;
     for (int t = 0; t < b->n_tiles; t++) {
         kvc_iq_ktile v = k_tile(b, t);
-        encode_k_tile(x + (size_t)t * q->group * ld, ld, &v);
+        encode_k_tile(x + (size_t)t * q->group * ld, ld, &v, k_stats(b) + 2 * (size_t)t);
     }
     *blob = b;
     return KVC_OK;
@@ -207,7 +222,7 @@ static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, f
 static void bytes_k(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     const iqblob *b = blob;
     uint64_t all = HEADER + k_data_bytes(b->bits, b->group, b->dim, b->n);
-    *meta = HEADER + (uint64_t)b->n_tiles * b->dim * 4;
+    *meta = HEADER + (uint64_t)b->n_tiles * (b->dim * 4 + 2 * sizeof(float));
     *payload = all - *meta;
 }
 
@@ -325,12 +340,17 @@ float kvc_iq_qmax(const float *q, int dim) {
     return m;
 }
 
-float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo) {
+float kvc_iq_tile_smax(const kvc_f16 *scales, int dim) {
     float smax = 0.0f;
     for (int c = 0; c < dim; c++) {
         float sc = kvc_f16_to_f32(scales[c]);
         if (!(sc <= smax)) smax = sc;
     }
+    return smax;
+}
+
+float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo) {
+    float smax = kvc_iq_tile_smax(scales, dim);
     size_t width = ((size_t)dim + 31) / 32 * 32; /* padded to the widest word (1 bit: 32 channels) */
     memset(hi, 0, width);
     memset(lo, 0, width);

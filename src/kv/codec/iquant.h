@@ -19,7 +19,10 @@
  * [w*cpw, (w+1)*cpw) with cpw = 32/bits: byte b, bit field k (bits*k ..) is
  * channel w*cpw + 4k + b. So (word >> bits*k) & mask is four channels of one
  * token per 32-bit lane, one vpdpbusd against the query bytes 4k..4k+3 of the
- * word: no horizontal sums, tokens stay in lanes.
+ * word: no horizontal sums, tokens stay in lanes. After the tiles the blob
+ * holds two floats per tile, its largest scale and the reciprocal (written
+ * at encode), so that folding the query into a tile needs no reduction and
+ * no division.
  *
  * Values, per token t in groups of `group` channels g (scale s_tg, min m_tg):
  *   o_c += sum_t p_t (s_tg code_tc + m_tg) = beta * sum_t wq_t code_tc + sum_t p_t m_tg
@@ -54,6 +57,7 @@ typedef struct kvc_iq_ktile {
     const kvc_f16 *mins, *scales; /* [dim] */
     const uint32_t *codes;        /* [ceil(n/16)][words][16], words = kvc_iq_kwords */
     int n, dim, bits;
+    float smax, inv_smax; /* kvc_iq_tile_smax(scales, dim) and 1 / smax, stored at encode */
 } kvc_iq_ktile;
 
 /* The values of one chunk: n tokens, dim channels in groups of `group`. */
@@ -114,6 +118,9 @@ void kvc_iq_register_avx512(kvc_iq_kernels *k);
  * same float operations in the same order, one rounding. */
 enum { KVC_IQ_QMAX = 32512 }; /* 127 * 256 */
 float kvc_iq_qmax(const float *q, int dim);
+/* max_c s_c of a key tile's scales (the loop of kvc_iq_query_ref), what the encoder stores
+ * per tile beside 1 / smax so that the kernels need no reduction per tile. */
+float kvc_iq_tile_smax(const kvc_f16 *scales, int dim);
 float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo);
 
 /* Views of an iq_k blob's tile t and of an iq_v blob (kernels' tests). */
