@@ -175,17 +175,70 @@ static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const
 #undef QK_NH
 }
 
+/* One tile's folded query for up to 4 heads. */
+typedef struct qk_fold {
+    int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
+    float alpha[4], cterm[4];
+} qk_fold;
+
+/* The constant terms sum_c q_c m_c of NH heads in one pass over the mins,
+ * the accumulators in registers (NH is a constant), one shared horizontal
+ * sum. */
+static inline __attribute__((always_inline)) void cterms(const float *q, int ldq, const __m512 *mn, int nv,
+                                                         float *out, const int NH) {
+    __m512 ct[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    for (int v = 0; v < nv; v++)
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++)
+            ct[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)h * ldq + 16 * v), mn[v], ct[h]);
+    _mm_storeu_ps(out, hsum4(ct[0], ct[1], ct[2], ct[3]));
+}
+
+/* Fold the query of heads [0, nh) (q rows ldq apart; xq the rows scaled to
+ * QMAX, qa = max|q| / QMAX, qok usable) into tile t. */
+static void fold_tile(const kvc_iq_ktile *t, const float *q, int ldq, const float (*xq)[KVC_IQ_MAX_DIM],
+                      const float *qa, const int *qok, int nh, __m512i ilo, __m512i ihi, qk_fold *f) {
+    const int nv = t->dim / 16;
+    /* the tile's largest scale and its reciprocal come from the blob */
+    float smax = t->smax;
+    int sok = smax > 0.0f && isfinite(smax);
+    __m512 sc[KVC_IQ_MAX_DIM / 16], mn[KVC_IQ_MAX_DIM / 16], inv_s = _mm512_set1_ps(t->inv_smax);
+    for (int v = 0; v < nv; v++) {
+        sc[v] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * v))),
+                              inv_s); /* s / smax */
+        mn[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * v)));
+    }
+    switch (nh) {
+    case 1: cterms(q, ldq, mn, nv, f->cterm, 1); break;
+    case 2: cterms(q, ldq, mn, nv, f->cterm, 2); break;
+    case 3: cterms(q, ldq, mn, nv, f->cterm, 3); break;
+    default: cterms(q, ldq, mn, nv, f->cterm, 4); break;
+    }
+    for (int h = 0; h < nh; h++) {
+        int ok = sok && qok[h];
+        f->alpha[h] = ok ? qa[h] * smax : 0.0f;
+        query_tile(xq[h], sc, nv, ok, ilo, ihi, (int8_t *)f->qh[h], (int8_t *)f->ql[h]);
+    }
+}
+
+/* Tiles are software-pipelined: the next tile's query is folded before the
+ * current tile's dot products are issued, so that the fold's chain (f16
+ * loads of the next tile's parameters, products, conversions, the shared
+ * horizontal sum) overlaps the vpdpbusd stream instead of stalling it. */
 static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, int G, int j0, int j1,
                       float *s, int lds) {
     const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
-    int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
+    qk_fold fold[2];
     float xq[4][KVC_IQ_MAX_DIM];
     const __m512i ilo = _mm512_loadu_si512(idx_lo), ihi = _mm512_loadu_si512(idx_hi);
+    int first = j0 / group, last = (j1 - 1) / group; /* tiles with tokens in [j0, j1) */
+    if (last >= nt) last = nt - 1;
     for (int h0 = 0; h0 < G; h0 += 4) {
         int nh = G - h0 < 4 ? G - h0 : 4, qok[4];
         float qa[4];
+        const float *qg = q + (size_t)h0 * ldq;
         for (int h = 0; h < nh; h++) { /* per call: max |q|, the query scaled to QMAX */
-            const float *qv = q + (size_t)(h0 + h) * ldq;
+            const float *qv = qg + (size_t)h * ldq;
             __m512 m = _mm512_setzero_ps();
             for (int i = 0; i < nv; i++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(qv + 16 * i)));
             float qmax = _mm512_reduce_max_ps(m);
@@ -194,32 +247,16 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
             for (int i = 0; i < nv; i++) _mm512_storeu_ps(xq[h] + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(qv + 16 * i), qn));
             qa[h] = qok[h] ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
         }
-        for (int i = 0; i < nt; i++) {
+        if (first > last) continue;
+        fold_tile(&tiles[first], qg, ldq, (const float(*)[KVC_IQ_MAX_DIM])xq, qa, qok, nh, ilo, ihi, &fold[first & 1]);
+        for (int i = first; i <= last; i++) {
             const kvc_iq_ktile *t = &tiles[i];
             int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t->n ? j1 : tb + t->n;
-            if (a >= e) continue;
-            /* the tile's largest scale and its reciprocal come from the blob */
-            float smax = t->smax;
-            int sok = smax > 0.0f && isfinite(smax);
-            __m512 sc[KVC_IQ_MAX_DIM / 16], mn[KVC_IQ_MAX_DIM / 16], inv_s = _mm512_set1_ps(t->inv_smax);
-            for (int v = 0; v < nv; v++) {
-                sc[v] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->scales + 16 * v))),
-                                      inv_s); /* s / smax */
-                mn[v] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(t->mins + 16 * v)));
-            }
-            /* the constant terms sum_c q_c m_c of the heads in one pass over the mins */
-            __m512 ct[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-            for (int v = 0; v < nv; v++)
-                for (int h = 0; h < nh; h++)
-                    ct[h] = _mm512_fmadd_ps(_mm512_loadu_ps(q + (size_t)(h0 + h) * ldq + 16 * v), mn[v], ct[h]);
-            float alpha[4], cterm[4];
-            _mm_storeu_ps(cterm, hsum4(ct[0], ct[1], ct[2], ct[3]));
-            for (int h = 0; h < nh; h++) {
-                int ok = sok && qok[h];
-                alpha[h] = ok ? qa[h] * smax : 0.0f;
-                query_tile(xq[h], sc, nv, ok, ilo, ihi, (int8_t *)qh[h], (int8_t *)ql[h]);
-            }
-            qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,
+            if (i < last)
+                fold_tile(&tiles[i + 1], qg, ldq, (const float(*)[KVC_IQ_MAX_DIM])xq, qa, qok, nh, ilo, ihi,
+                          &fold[(i + 1) & 1]);
+            const qk_fold *f = &fold[i & 1];
+            qk_heads(t, (const int32_t(*)[QMAX / 4])f->qh, (const int32_t(*)[QMAX / 4])f->ql, f->alpha, f->cterm,
                      a - tb, e - tb, s + (size_t)h0 * lds + (a - j0), lds, nh);
         }
     }
@@ -229,11 +266,12 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
 
 enum { PV_NH = 8, MAX_G = KVC_IQ_MAX_DIM / 16, MAX_PAIR = PV_NH * MAX_G };
 
-/* Per (head, channel group) pair k = h * ng + g of the current block. */
+/* Per (head, channel group) pair k = h * ng + g: a block's u8 weights and
+ * betas (two of these: the next block's are prepared while the current
+ * block's dot products run), and the running min terms. */
 typedef struct pv_state {
     uint32_t wq[MAX_PAIR + 1][KVC_IQ_VBLOCK / 4]; /* u8 weights, four tokens per word (+1: pairs are written two at a time) */
     float beta[MAX_PAIR + 1];
-    __m512 mt[MAX_PAIR]; /* running sum_t p_t m_tg, per lane */
 } pv_state;
 
 /* Lane of pair k in the result of max16: the reduction tree leaves pair k
@@ -271,7 +309,7 @@ static inline __m512 max16(const __m512 *x, int n) {
  * the u8 rounding of two pairs at a time with saturating packs (exact: the
  * rounded products lie in 0..255) and one vpermd. */
 static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
-                       int j1, int ng, pv_state *st) {
+                       int j1, int ng, pv_state *st, __m512 *mt) {
     __mmask16 m0 = lanes(blk, j0, j1), m1 = lanes(blk + 16, j0, j1);
     __m512 sv[MAX_G][2], nv[MAX_G][2], p0[PV_NH], p1[PV_NH];
     for (int g = 0; g < ng; g++) {
@@ -296,7 +334,7 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
         __m512 w[16][2], wm[16];
         int h = k0 / ng, g = k0 % ng; /* pair k0 + k is (h, g); stepped, not divided */
         for (int k = 0; k < nk; k++, g = g + 1 == ng ? (h++, 0) : g + 1) {
-            st->mt[k0 + k] = _mm512_fmadd_ps(p0[h], nv[g][0], _mm512_fmadd_ps(p1[h], nv[g][1], st->mt[k0 + k]));
+            mt[k0 + k] = _mm512_fmadd_ps(p0[h], nv[g][0], _mm512_fmadd_ps(p1[h], nv[g][1], mt[k0 + k]));
             w[k][0] = _mm512_mul_ps(p0[h], sv[g][0]);
             w[k][1] = _mm512_mul_ps(p1[h], sv[g][1]);
             wm[k] = _mm512_max_ps(w[k][0], w[k][1]);
@@ -381,16 +419,19 @@ static void pv_heads(const kvc_iq_vblob *v, const pv_state *st, int blk, float *
 static void pv_avx512(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o,
                       int ldo) {
     int ng = (v->dim + v->group - 1) / v->group;
-    pv_state st;
+    pv_state st[2];
+    __m512 mt[MAX_PAIR]; /* running sum_t p_t m_tg of each pair, per lane */
     for (int h0 = 0; h0 < G; h0 += PV_NH) {
         int nh = G - h0 < PV_NH ? G - h0 : PV_NH;
         /* heads 5..7 run as a group of 8 with zero weights for the missing ones */
         int nrun = nh <= 4 ? nh : PV_NH;
         /* only the pairs of missing heads need zero weights (the others are
          * written per block): no memset of the whole state per call */
-        memset(st.wq[nh * ng], 0, sizeof st.wq[0] * (size_t)((nrun - nh) * ng + 1));
-        memset(st.beta + nh * ng, 0, sizeof st.beta[0] * (size_t)((nrun - nh) * ng + 1));
-        for (int k = 0; k < nh * ng; k++) st.mt[k] = _mm512_setzero_ps();
+        for (int i = 0; i < 2; i++) {
+            memset(st[i].wq[nh * ng], 0, sizeof st[i].wq[0] * (size_t)((nrun - nh) * ng + 1));
+            memset(st[i].beta + nh * ng, 0, sizeof st[i].beta[0] * (size_t)((nrun - nh) * ng + 1));
+        }
+        for (int k = 0; k < nh * ng; k++) mt[k] = _mm512_setzero_ps();
         float obuf[PV_NH * KVC_IQ_MAX_DIM];
         float *ob = o + (size_t)h0 * ldo;
         int ldb = ldo;
@@ -400,14 +441,20 @@ static void pv_avx512(const kvc_iq_vblob *v, const float *p, int ldp, int G, int
             ob = obuf;
             ldb = v->dim;
         }
-        for (int blk = j0 - j0 % KVC_IQ_VBLOCK; blk < j1; blk += KVC_IQ_VBLOCK) {
-            pv_weights(v, p + (size_t)h0 * ldp, ldp, nh, blk, j0, j1, ng, &st);
-            pv_heads(v, &st, blk, ob, ldb, nrun);
+        /* software-pipelined: the next block's weights (a chain of products,
+         * maxima, a division and the rounding) are prepared before the
+         * current block's dot products are issued, so the two overlap */
+        const float *pg = p + (size_t)h0 * ldp;
+        int b0 = j0 - j0 % KVC_IQ_VBLOCK;
+        pv_weights(v, pg, ldp, nh, b0, j0, j1, ng, &st[0], mt);
+        for (int blk = b0, i = 0; blk < j1; blk += KVC_IQ_VBLOCK, i ^= 1) {
+            if (blk + KVC_IQ_VBLOCK < j1) pv_weights(v, pg, ldp, nh, blk + KVC_IQ_VBLOCK, j0, j1, ng, &st[i ^ 1], mt);
+            pv_heads(v, &st[i], blk, ob, ldb, nrun);
         }
         for (int h = 0; h < nh; h++) {
             float *oh = ob + (size_t)h * ldb;
             for (int g = 0; g < ng; g++) {
-                __m512 m = _mm512_set1_ps(_mm512_reduce_add_ps(st.mt[h * ng + g]));
+                __m512 m = _mm512_set1_ps(_mm512_reduce_add_ps(mt[h * ng + g]));
                 int c1 = (g + 1) * v->group < v->dim ? (g + 1) * v->group : v->dim;
                 for (int c = g * v->group; c < c1; c += 16)
                     _mm512_storeu_ps(oh + c, _mm512_add_ps(_mm512_loadu_ps(oh + c), m));

@@ -19,7 +19,8 @@ typedef struct iqblob {
     int32_t n, bits, group, dim;
     int32_t n_tiles; /* K: tiles of `group` tokens; V: channel groups */
     int32_t npad;    /* V: tokens rounded up to KVC_IQ_VBLOCK */
-    uint8_t pad_[HEADER - 24];
+    int64_t stats;   /* K: offset of the per-tile largest scales in data (a view per tile reads it) */
+    uint8_t pad_[HEADER - 32];
     uint8_t data[]; /* 64-byte aligned */
 } iqblob;
 
@@ -95,9 +96,7 @@ static size_t k_data_bytes(int bits, int group, int dim, int n) {
     return k_tiles_bytes(bits, group, dim, n) + (size_t)(n + group - 1) / group * 2 * sizeof(float);
 }
 
-static float *k_stats(const iqblob *b) {
-    return (float *)(b->data + k_tiles_bytes(b->bits, b->group, b->dim, b->n));
-}
+static float *k_stats(const iqblob *b) { return (float *)(b->data + b->stats); }
 
 static kvc_iq_ktile k_tile(const iqblob *b, int t) {
     const uint8_t *base = b->data + (size_t)t * k_tile_bytes(b->bits, b->dim, b->group);
@@ -153,6 +152,7 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
     iqblob *b = blob_alloc(k_data_bytes(q->bits, q->group, c->dim, n), n, q->bits, q->group, c->dim);
     if (!b) return kvc_fail(KVC_ERR_NOMEM, "iq_k: blob of %d tokens", n);
     b->n_tiles = (n + q->group - 1) / q->group;
+    b->stats = (int64_t)k_tiles_bytes(q->bits, q->group, c->dim, n);
     for (int t = 0; t < b->n_tiles; t++) {
         kvc_iq_ktile v = k_tile(b, t);
         encode_k_tile(x + (size_t)t * q->group * ld, ld, &v, k_stats(b) + 2 * (size_t)t);
