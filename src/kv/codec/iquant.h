@@ -9,8 +9,8 @@
  * with qi = round(q_c s_c / alpha) a 15-bit integer query per tile and head,
  * alpha = (max_c |q_c| / 32512) * (max_c s_c): the bound of |q_c s_c| from the
  * query's largest element (once per call and head) and the tile's largest
- * scale (once per tile, shared by the heads), so a tile costs no per-head
- * reductions beyond the constant term. qi is split in two int8 halves
+ * scale (stored with the blob at encode, shared by the heads), so a tile costs
+ * no reductions beyond the constant term. qi is split in two int8 halves
  * qi = 256 hi + lo (hi in [-127, 127], lo the low byte, in [-128, 127]) that
  * take one vpdpbusd each: an int8 query alone (alpha = max/127) lost too much
  * on the keys' outlier channels, whose scale is ~16x the others'
