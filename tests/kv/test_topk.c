@@ -49,10 +49,9 @@ static int64_t greedy_ref(const float *score, const int32_t *len, int n, int64_t
 
 enum { S_RANDOM, S_TIES, S_NARROW, S_NAN, S_INF, S_EQUAL };
 
-static void run_case(int n, int maxlen, int kind, int64_t budget) {
-    float *s = malloc(sizeof(float) * (size_t)n);
-    int32_t *len = malloc(sizeof(int32_t) * (size_t)n);
-    uint8_t *a = malloc((size_t)n), *b = malloc((size_t)n);
+/* n units of lengths 1..maxlen and scores of the given kind (S_EQUAL + 1:
+ * scores rising with the index), drawn in one fixed order. */
+static void fill_units(float *s, int32_t *len, int n, int maxlen, int kind) {
     for (int i = 0; i < n; i++) {
         len[i] = 1 + (int32_t)(rnd() % (uint32_t)maxlen);
         float x = (float)rnd() / 65536.0f - 30000.0f;
@@ -61,8 +60,16 @@ static void run_case(int n, int maxlen, int kind, int64_t budget) {
         if (kind == S_NAN && rnd() % 5 == 0) x = NAN;
         if (kind == S_INF && rnd() % 50 == 0) x = rnd() % 2 ? INFINITY : -INFINITY;
         if (kind == S_EQUAL) x = 2.5f;
+        if (kind == S_EQUAL + 1) x = (float)i * 0.01f;
         s[i] = x;
     }
+}
+
+static void run_case(int n, int maxlen, int kind, int64_t budget) {
+    float *s = malloc(sizeof(float) * (size_t)n);
+    int32_t *len = malloc(sizeof(int32_t) * (size_t)n);
+    uint8_t *a = malloc((size_t)n), *b = malloc((size_t)n);
+    fill_units(s, len, n, maxlen, kind);
     kvc_topk_ws ws = {0};
     int64_t ta = greedy_ref(s, len, n, budget, a);
     int64_t tb = kvc_topk_greedy(&ws, s, len, (size_t)n, budget, b);
@@ -96,17 +103,7 @@ static void run_segs(int n, int maxlen, int kind, int64_t budget, int sample, ui
     float *s = malloc(sizeof(float) * (size_t)(n ? n : 1));
     int32_t *len = malloc(sizeof(int32_t) * (size_t)(n ? n : 1)), *ends = malloc(sizeof(int32_t) * (size_t)(n ? n : 1));
     uint8_t *a = malloc((size_t)(n ? n : 1));
-    for (int i = 0; i < n; i++) {
-        len[i] = 1 + (int32_t)(rnd() % (uint32_t)maxlen);
-        float x = (float)rnd() / 65536.0f - 30000.0f;
-        if (kind == S_TIES) x = (float)(rnd() % 7);
-        if (kind == S_NARROW) x = 1.0f + (float)(rnd() % 5) * 1e-7f;
-        if (kind == S_NAN && rnd() % 5 == 0) x = NAN;
-        if (kind == S_INF && rnd() % 50 == 0) x = rnd() % 2 ? INFINITY : -INFINITY;
-        if (kind == S_EQUAL) x = 2.5f;
-        if (kind == S_EQUAL + 1) x = (float)i * 0.01f;
-        s[i] = x;
-    }
+    fill_units(s, len, n, maxlen, kind);
     kvc_topk_seg seg[64];
     int ns = 0;
     for (int i = 0; i < n || ns == 0;) { /* segments of 0..n/3 units, alternately ends and lengths */
