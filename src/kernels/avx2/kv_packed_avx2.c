@@ -3,8 +3,9 @@
  * piece's 8-bit channel mask (group bits spread by PDEP) indexes a table of
  * VPERMPS indices that moves the piece's packed values (8 f16 loaded and
  * widened by VCVTPH2PS) to their channels, and a lane mask zeroes the rest.
- * Same loop structure as the AVX-512 kernels (kv_packed_avx512.c); reading 16
- * bytes at the piece's first value relies on the blob's KVC_PACKED_PAD.
+ * Same loop structure as the AVX-512 kernels (kv_packed_avx512.c: bodies for
+ * constant head counts and group sizes); reading 16 bytes at the piece's
+ * first value relies on the blob's KVC_PACKED_PAD.
  * Scalar reference: src/kv/codec/packed.c. */
 #include <immintrin.h>
 #include <string.h>
@@ -26,8 +27,12 @@ static void fill_perm(void) {
     }
 }
 
-ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, int g, int r) {
-    int gpp = 8 / g, pos = r * gpp;
+/* The 8-channel mask of piece r: its 8 / g group bits, each spread over its g
+ * channels. g is a compile-time constant after inlining (a run-time g cost
+ * an integer division per piece). */
+ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, const int g, int r) {
+    const int gpp = 8 / g;
+    const int pos = r * gpp;
     unsigned gb = (bits[pos >> 5] >> (pos & 31)) & ((1u << gpp) - 1);
     if (g == 1) return gb;
     if (g == 2) return _pdep_u32(gb, 0x55u) * 3u;
@@ -49,20 +54,29 @@ ALWAYS_INLINE float hsum(__m256 a) {
     return _mm_cvtss_f32(s);
 }
 
-static void qk_avx2(const kvc_packed_view *k, int n, const float *q, int G, int ldq, float *s,
-                    int lds) {
-    int d = k->d, g = k->group, np = (d + 7) / 8;
+/* The lanes of piece r that are channels (d is a multiple of 4: a piece has
+ * 8 or 4 channels). */
+ALWAYS_INLINE __m256i piece_lanes(int d, int r) {
+    return d - 8 * r >= 8 ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
+}
+
+/* Heads [0, G) and group size g compile-time constants after inlining, so that
+ * the accumulators stay in registers. */
+ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, const int G, int ldq,
+                            float *s, int lds, const int g) {
+    const int d = k->d, np = (d + 7) / 8, nw = k->nw, nv = k->nv;
+    const __m256i last = piece_lanes(d, np - 1), all = _mm256_set1_epi32(-1);
     for (int t = 0; t < n; t++) {
-        const uint32_t *bits = k->bits + (size_t)t * k->nw;
-        const kvc_f16 *vp = k->vals + (size_t)t * k->nv;
-        __m256 acc[KVC_PACKED_MAX_G];
+        const uint32_t *bits = k->bits + (size_t)t * nw;
+        const kvc_f16 *vp = k->vals + (size_t)t * nv;
+        __m256 acc[8];
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm256_setzero_ps();
         for (int r = 0; r < np; r++) {
             unsigned m = piece_mask(bits, g, r);
             if (!m) continue;
-            int c0 = 8 * r; /* d is a multiple of 4: a piece has 8 or 4 channels */
-            __m256i lanes = d - c0 >= 8 ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
+            const int c0 = 8 * r;
+            const __m256i lanes = r + 1 < np ? all : last;
             __m256 f = expand_piece(&vp, m);
             #pragma GCC unroll 8
             for (int h = 0; h < G; h++)
@@ -73,22 +87,23 @@ static void qk_avx2(const kvc_packed_view *k, int n, const float *q, int G, int 
     }
 }
 
-static void pv_block(const kvc_packed_view *v, int n, const float *p, int G, int ldp, float *o,
-                     int ldo) {
-    int d = v->d, g = v->group, np = (d + 7) / 8;
+/* Heads [0, G) over tokens [0, n), n <= PV_TOKENS; G and g constant after
+ * inlining. */
+ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, const int G, int ldp,
+                            float *o, int ldo, const int g) {
+    const int d = v->d, np = (d + 7) / 8, nw = v->nw, nv = v->nv;
     int off[PV_TOKENS];
     memset(off, 0, (size_t)n * sizeof *off);
     for (int r = 0; r < np; r++) {
-        int c0 = 8 * r; /* d is a multiple of 4: a piece has 8 or 4 channels */
-        int full = d - c0 >= 8;
-        __m256i lanes = full ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
-        __m256 acc[KVC_PACKED_MAX_G];
+        const int c0 = 8 * r;
+        const __m256i lanes = piece_lanes(d, r);
+        __m256 acc[8];
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm256_maskload_ps(o + (size_t)h * ldo + c0, lanes);
         for (int t = 0; t < n; t++) {
-            unsigned m = piece_mask(v->bits + (size_t)t * v->nw, g, r);
+            unsigned m = piece_mask(v->bits + (size_t)t * nw, g, r);
             if (!m) continue;
-            const kvc_f16 *vp = v->vals + (size_t)t * v->nv + off[t];
+            const kvc_f16 *vp = v->vals + (size_t)t * nv + off[t];
             __m256 f = expand_piece(&vp, m);
             off[t] += __builtin_popcount(m);
             #pragma GCC unroll 8
@@ -100,13 +115,50 @@ static void pv_block(const kvc_packed_view *v, int n, const float *p, int G, int
     }
 }
 
+/* Dispatches heads in groups of up to 8, and the group size, to the
+ * constant-(G, g) bodies (as the AVX-512 kernels do). */
+#define BY_HEADS(body, g, ...)                                                                     \
+    switch (gb) {                                                                                  \
+    case 1: body(__VA_ARGS__, 1, g); break;                                                        \
+    case 2: body(__VA_ARGS__, 2, g); break;                                                        \
+    case 3: body(__VA_ARGS__, 3, g); break;                                                        \
+    case 4: body(__VA_ARGS__, 4, g); break;                                                        \
+    case 5: body(__VA_ARGS__, 5, g); break;                                                        \
+    case 6: body(__VA_ARGS__, 6, g); break;                                                        \
+    case 7: body(__VA_ARGS__, 7, g); break;                                                        \
+    default: body(__VA_ARGS__, 8, g); break;                                                       \
+    }
+#define BY_GROUP(body, ...)                                                                        \
+    switch (group) {                                                                               \
+    case 1: BY_HEADS(body, 1, __VA_ARGS__) break;                                                  \
+    case 2: BY_HEADS(body, 2, __VA_ARGS__) break;                                                  \
+    default: BY_HEADS(body, 4, __VA_ARGS__) break;                                                 \
+    }
+
+#define QK_CALL(k, n, q, ldq, s, lds, G, g) qk_heads(k, n, q, G, ldq, s, lds, g)
+#define PV_CALL(v, n, p, ldp, o, ldo, G, g) pv_heads(v, n, p, G, ldp, o, ldo, g)
+
+static void qk_avx2(const kvc_packed_view *k, int n, const float *q, int G, int ldq, float *s,
+                    int lds) {
+    const int group = k->group;
+    for (int h0 = 0; h0 < G; h0 += 8) {
+        int gb = G - h0 < 8 ? G - h0 : 8;
+        BY_GROUP(QK_CALL, k, n, q + (size_t)h0 * ldq, ldq, s + (size_t)h0 * lds, lds)
+    }
+}
+
 static void pv_avx2(const kvc_packed_view *v, int n, const float *p, int G, int ldp, float *o,
                     int ldo) {
+    const int group = v->group;
     for (int t0 = 0; t0 < n; t0 += PV_TOKENS) {
         kvc_packed_view w = *v;
         w.bits += (size_t)t0 * v->nw;
         w.vals += (size_t)t0 * v->nv;
-        pv_block(&w, n - t0 < PV_TOKENS ? n - t0 : PV_TOKENS, p + t0, G, ldp, o, ldo);
+        int nt = n - t0 < PV_TOKENS ? n - t0 : PV_TOKENS;
+        for (int h0 = 0; h0 < G; h0 += 8) {
+            int gb = G - h0 < 8 ? G - h0 : 8;
+            BY_GROUP(PV_CALL, &w, nt, p + t0 + (size_t)h0 * ldp, ldp, o + (size_t)h0 * ldo, ldo)
+        }
     }
 }
 
