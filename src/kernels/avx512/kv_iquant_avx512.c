@@ -272,6 +272,7 @@ enum { PV_NH = 8, MAX_G = KVC_IQ_MAX_DIM / 16, MAX_PAIR = PV_NH * MAX_G };
 typedef struct pv_state {
     uint32_t wq[MAX_PAIR + 1][KVC_IQ_VBLOCK / 4]; /* u8 weights, four tokens per word (+1: pairs are written two at a time) */
     float beta[MAX_PAIR + 1];
+    int ng;                       /* groups per value vector, so pv_block does not divide */
 } pv_state;
 
 /* Lane of pair k in the result of max16: the reduction tree leaves pair k
@@ -311,6 +312,7 @@ static inline __m512 max16(const __m512 *x, int n) {
 static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
                        int j1, int ng, pv_state *st, __m512 *mt) {
     __mmask16 m0 = lanes(blk, j0, j1), m1 = lanes(blk + 16, j0, j1);
+    st->ng = ng;
     __m512 sv[MAX_G][2], nv[MAX_G][2], p0[PV_NH], p1[PV_NH];
     for (int g = 0; g < ng; g++) {
         const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;
@@ -367,33 +369,37 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
 static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v, const pv_state *st,
                                                            int blk, float *o, int ldo, const int BITS,
                                                            const int NH) {
-    const int ng = (v->dim + v->group - 1) / v->group;
+    const int ng = st->ng;
     const int nk = 8 / BITS, tpw = 32 / BITS;
     const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
     const uint32_t *codes = v->codes + (size_t)(blk / tpw) * v->dim;
-    for (int c = 0; c < v->dim; c += 16) {
-        int g = c / v->group;
-        __m512i acc[PV_NH];
-        #pragma GCC unroll 8
-        for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_si512();
-        #pragma GCC unroll 4
-        for (int wb = 0; wb < BITS; wb++) { /* 32 / tpw word blocks per 32 tokens */
-            const uint32_t *src = codes + (size_t)wb * v->dim + c;
-            _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
-            __m512i x = _mm512_load_si512(src);
+    /* group by group (a group is a multiple of 16 channels): no division
+     * per 16 channels (objdump showed one per step of this loop) */
+    for (int c = 0, g = 0; c < v->dim; g++) {
+        const int ce = v->dim - c > v->group ? c + v->group : v->dim;
+        for (; c < ce; c += 16) {
+            __m512i acc[PV_NH];
             #pragma GCC unroll 8
-            for (int k = 0; k < nk; k++) {
-                __m512i cd = _mm512_and_si512(_mm512_srli_epi32(x, BITS * k), mask);
+            for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_si512();
+            #pragma GCC unroll 4
+            for (int wb = 0; wb < BITS; wb++) { /* 32 / tpw word blocks per 32 tokens */
+                const uint32_t *src = codes + (size_t)wb * v->dim + c;
+                _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
+                __m512i x = _mm512_load_si512(src);
                 #pragma GCC unroll 8
-                for (int h = 0; h < NH; h++)
-                    acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h * ng + g][wb * nk + k]), cd);
+                for (int k = 0; k < nk; k++) {
+                    __m512i cd = _mm512_and_si512(_mm512_srli_epi32(x, BITS * k), mask);
+                    #pragma GCC unroll 8
+                    for (int h = 0; h < NH; h++)
+                        acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h * ng + g][wb * nk + k]), cd);
+                }
             }
-        }
-        #pragma GCC unroll 8
-        for (int h = 0; h < NH; h++) {
-            float *oh = o + (size_t)h * ldo + c;
-            _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]), _mm512_set1_ps(st->beta[h * ng + g]),
-                                                 _mm512_loadu_ps(oh)));
+            #pragma GCC unroll 8
+            for (int h = 0; h < NH; h++) {
+                float *oh = o + (size_t)h * ldo + c;
+                _mm512_storeu_ps(oh, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[h]), _mm512_set1_ps(st->beta[h * ng + g]),
+                                                     _mm512_loadu_ps(oh)));
+            }
         }
     }
     (void)tpw;
