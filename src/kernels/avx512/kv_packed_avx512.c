@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kv/codec/packed.h"
+#include "kv/codec/packed_dispatch.h"
 #include "kernels/avx512/kv_avx512_util.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -154,52 +155,7 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
     }
 }
 
-/* Dispatches heads in groups of up to 8, and the group size, to the
- * constant-(G, g) bodies. */
-#define BY_HEADS(body, g, ...)                                                                     \
-    switch (gb) {                                                                                  \
-    case 1: body(__VA_ARGS__, 1, g); break;                                                        \
-    case 2: body(__VA_ARGS__, 2, g); break;                                                        \
-    case 3: body(__VA_ARGS__, 3, g); break;                                                        \
-    case 4: body(__VA_ARGS__, 4, g); break;                                                        \
-    case 5: body(__VA_ARGS__, 5, g); break;                                                        \
-    case 6: body(__VA_ARGS__, 6, g); break;                                                        \
-    case 7: body(__VA_ARGS__, 7, g); break;                                                        \
-    default: body(__VA_ARGS__, 8, g); break;                                                       \
-    }
-#define BY_GROUP(body, ...)                                                                        \
-    switch (group) {                                                                               \
-    case 1: BY_HEADS(body, 1, __VA_ARGS__) break;                                                  \
-    case 2: BY_HEADS(body, 2, __VA_ARGS__) break;                                                  \
-    default: BY_HEADS(body, 4, __VA_ARGS__) break;                                                 \
-    }
-
-#define QK_CALL(k, n, q, ldq, s, lds, G, g) qk_heads(k, n, q, G, ldq, s, lds, g)
-#define PV_CALL(v, n, p, ldp, o, ldo, G, g) pv_heads(v, n, p, G, ldp, o, ldo, g)
-
-static void qk_avx512(const kvc_packed_view *k, int n, const float *q, int G, int ldq, float *s,
-                      int lds) {
-    const int group = k->group;
-    for (int h0 = 0; h0 < G; h0 += 8) {
-        int gb = G - h0 < 8 ? G - h0 : 8;
-        BY_GROUP(QK_CALL, k, n, q + (size_t)h0 * ldq, ldq, s + (size_t)h0 * lds, lds)
-    }
-}
-
-static void pv_avx512(const kvc_packed_view *v, int n, const float *p, int G, int ldp, float *o,
-                      int ldo) {
-    const int group = v->group;
-    for (int t0 = 0; t0 < n; t0 += PV_TOKENS) {
-        kvc_packed_view w = *v;
-        w.bits += (size_t)t0 * v->nw;
-        w.vals += (size_t)t0 * v->nv;
-        int nt = n - t0 < PV_TOKENS ? n - t0 : PV_TOKENS;
-        for (int h0 = 0; h0 < G; h0 += 8) {
-            int gb = G - h0 < 8 ? G - h0 : 8;
-            BY_GROUP(PV_CALL, &w, nt, p + t0 + (size_t)h0 * ldp, ldp, o + (size_t)h0 * ldo, ldo)
-        }
-    }
-}
+KVC_PACKED_ENTRY_POINTS(qk_avx512, pv_avx512)
 
 void kvc_packed_register_avx512(kvc_packed_kernels *k) {
     k->qk = qk_avx512;
