@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
         }
         if (seed >= 0) {
             kvc_xform *x;
-            if (kvc_hadamard_create(d, (uint64_t)seed, (uint64_t)l, &x) != KVC_OK) return 1;
+            if (kvc_hadamard_create(d, KVC_HADAMARD_K | KVC_HADAMARD_V, (uint64_t)seed, (uint64_t)l, &x) != KVC_OK) return 1;
             x->ops->apply(x, 0, k, n * nkv, d, k, d);
             x->ops->apply(x, 1, v, n * nkv, d, v, d);
             kvc_xform_release(x);

@@ -2,7 +2,8 @@
  * (src/kv/xform/hadamard.c, src/kv/method/rot.c): the Walsh-Hadamard transform
  * is orthonormal and its own inverse for power-of-two and block-diagonal head
  * sizes; the signed rotation maps back exactly through restore and finish_out
- * and is reproducible from its seed; attention (prefill and decode) through a
+ * and is reproducible from its seed; a one-sided rotation (sides=k or v) is
+ * the identity on the other side; attention (prefill and decode) through a
  * rotated cache equals attention through the unrotated one when the codec
  * loses nothing (full:f32+rot vs full:f32), and a rotated quantized cache
  * still matches the reference over what it stores; rot composes in the spec
@@ -35,6 +36,7 @@
 #include "expect_close.h"
 
 static const int DIMS[] = {1, 2, 3, 16, 64, 80, 96, 100, 128};
+static const unsigned BOTH = KVC_HADAMARD_K | KVC_HADAMARD_V;
 enum { N_DIMS = (int)(sizeof DIMS / sizeof DIMS[0]) };
 
 /* The transform's matrix, column j = fwht(e_j): orthonormal and symmetric
@@ -74,9 +76,9 @@ static void test_hadamard_xform_round_trip(void **state) {
     for (int t = 0; t < N_DIMS; t++) {
         int d = DIMS[t];
         kvc_xform *x, *same, *other;
-        assert_int_equal(kvc_hadamard_create(d, 5, 3, &x), KVC_OK);
-        assert_int_equal(kvc_hadamard_create(d, 5, 3, &same), KVC_OK);
-        assert_int_equal(kvc_hadamard_create(d, 6, 3, &other), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, &x), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, &same), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, BOTH, 6, 3, &other), KVC_OK);
         float a[2][128], b[2][128], ra[2][128], back[2][128], rs[128], ro[128];
         for (int r = 0; r < 2; r++)
             for (int c = 0; c < d; c++) a[r][c] = frand(), b[r][c] = frand();
@@ -102,8 +104,42 @@ static void test_hadamard_xform_round_trip(void **state) {
         kvc_xform_release(other);
     }
     kvc_xform *bad;
-    assert_int_equal(kvc_hadamard_create(0, 1, 0, &bad), KVC_ERR_ARG);
+    assert_int_equal(kvc_hadamard_create(0, BOTH, 1, 0, &bad), KVC_ERR_ARG);
     assert_null(bad);
+    assert_int_equal(kvc_hadamard_create(64, 0, 1, 0, &bad), KVC_ERR_ARG);
+    assert_null(bad);
+    assert_int_equal(kvc_hadamard_create(64, 4, 1, 0, &bad), KVC_ERR_ARG);
+    assert_null(bad);
+}
+
+/* A one-sided rotation: the rotated side is the two-sided map (same signs),
+ * the other side the identity (queries with keys, outputs with values). */
+static void test_hadamard_one_side(void **state) {
+    (void)state;
+    rng = 12;
+    const int d = 96;
+    kvc_xform *both, *side[2];
+    assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, &both), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(d, KVC_HADAMARD_K, 5, 3, &side[0]), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(d, KVC_HADAMARD_V, 5, 3, &side[1]), KVC_OK);
+    float a[128], rot[128], out[128], back[128];
+    for (int c = 0; c < d; c++) a[c] = frand();
+    both->ops->apply(both, 0, a, 1, 128, rot, 128);
+    for (int s = 0; s < 2; s++) {
+        kvc_xform *x = side[s];
+        for (int which = 0; which < 2; which++) {
+            x->ops->apply(x, which, a, 1, 128, out, 128);
+            assert_memory_equal(out, which == s ? rot : a, (size_t)d * sizeof(float));
+            x->ops->restore(x, which, out, 1, 128, back, 128);
+            expect_close(back, a, (size_t)d, 1e-5, "one-sided restore");
+        }
+        x->ops->prepare_q(x, a, 1, 128, out, 128);
+        assert_memory_equal(out, s == 0 ? rot : a, (size_t)d * sizeof(float));
+        x->ops->finish_out(x, s == 1 ? rot : a, 1, 128, back, 128);
+        expect_close(back, a, (size_t)d, 1e-5, "one-sided finish_out");
+        kvc_xform_release(x);
+    }
+    kvc_xform_release(both);
 }
 
 enum { NL = 2, NH = 6, NKV = 2, G = NH / NKV };
@@ -171,6 +207,8 @@ static void test_rotated_f32_cache_is_exact(void **state) {
     (void)state;
     run_pair("full:f32", "full:f32+rot", 64, 2e-5);
     run_pair("full:f32", "full:f32+rot:seed=9", 96, 2e-5); /* block-diagonal 64 + 32 */
+    run_pair("full:f32", "full:f32+rot:sides=k", 64, 2e-5);
+    run_pair("full:f32", "full:f32+rot:sides=v", 96, 2e-5);
     /* tuned with every side f32 and an f32 window: lossless, so +rot is exact too */
     char path[64], plain[160], rotated[160];
     const kvc_tuned_codec f32 = {32, 0};
@@ -209,6 +247,8 @@ static void check_rotated_reference(const char *spec, int d, int n, int layer) {
 static void test_rotated_quantized_matches_reference(void **state) {
     (void)state;
     check_rotated_reference("kivi:bits=3+rot", 64, 300, 0);
+    check_rotated_reference("kivi:bits=3+rot:sides=v", 64, 300, 1);
+    check_rotated_reference("kivi:bits=3+rot:sides=k", 96, 300, 0);
     /* tuned: float-kernel codecs (3 bits, and groups that are not multiples of
      * 16) per layer and side, dense sides too, head dims 64 and 96 */
     char path[64], spec[160];
@@ -233,7 +273,7 @@ static void test_spec(void **state) {
     (void)state;
     const char *ok[] = {"kivi:bits=2+rot", "kivi:bits=4+rot:seed=7", "kvmix:profile=" KVC_SOURCE_DIR "/profiles/smollm2.kvmix+rot", "mustafar+kivi:bits=2+rot",
                         "mustafar:k=0.5,v=0.5+h2o:0.5+rot", "packkv+rot", "think:0.5+rot", "full:f32+rot:3",
-                        "packkv+h2o+rot", "tuned:profile=" KVC_SOURCE_DIR "/profiles/smollm2-b3.tuned+rot"};
+                        "packkv+h2o+rot", "kivi:bits=2+rot:sides=v", "kivi+rot:sides=k,seed=2", "tuned:profile=" KVC_SOURCE_DIR "/profiles/smollm2-b3.tuned+rot"};
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         kvc_spec s;
         if (kvc_spec_parse(ok[i], &s) != KVC_OK) fail_msg("'%s': %s", ok[i], kvc_last_error());
@@ -248,6 +288,7 @@ static void test_spec(void **state) {
     expect_refused("kivi+rot:seed=abc", "seed");
     expect_refused("kivi+rot:seed=2147483648", "seed");
     expect_refused("kivi+rot:bits=2", "bits");
+    expect_refused("kivi+rot:sides=q", "sides");
     expect_refused("kivi+rot+rot", "stacked twice");
     expect_refused("mosaic+rot", "cannot be stacked on mosaic");
     expect_refused("streaming+rot", "cannot be stacked on streaming");
@@ -257,6 +298,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fwht_orthonormal_involution),
         cmocka_unit_test(test_hadamard_xform_round_trip),
+        cmocka_unit_test(test_hadamard_one_side),
         cmocka_unit_test(test_rotated_f32_cache_is_exact),
         cmocka_unit_test(test_rotated_quantized_matches_reference),
         cmocka_unit_test(test_spec),

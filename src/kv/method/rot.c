@@ -23,12 +23,21 @@
 
 typedef struct rot_cfg {
     int seed;
+    int sides; /* index into "kv|k|v" */
 } rot_cfg;
 
 static const kvc_param rot_params[] = {
     {.key = "seed", .type = KVC_PARAM_INT, .offset = offsetof(rot_cfg, seed), .def = "1", .min = 0,
      .max = 2147483647, .help = "seed of the random signs (drawn per layer)"},
+    {.key = "sides", .type = KVC_PARAM_ENUM, .offset = offsetof(rot_cfg, sides), .def = "kv", .choices = "kv|k|v",
+     .help = "what is rotated: keys and values, keys (and queries) only, values (and outputs) only"},
 };
+
+/* The "kv|k|v" choice as the transform's side mask. */
+static unsigned side_mask(int choice) {
+    static const unsigned mask[] = {KVC_HADAMARD_K | KVC_HADAMARD_V, KVC_HADAMARD_K, KVC_HADAMARD_V};
+    return mask[choice];
+}
 
 typedef struct rot_state {
     int n_layers;
@@ -51,7 +60,8 @@ static kvc_status rot_create(const kvc_method_env *env, void **state) {
     st->xf = calloc((size_t)env->n_layers, sizeof *st->xf);
     kvc_status s = st->xf ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "rot: %d layer rotations", env->n_layers);
     for (int l = 0; l < env->n_layers && s == KVC_OK; l++)
-        s = kvc_hadamard_create(env->head_dim, (uint64_t)cfg->seed, (uint64_t)l, &st->xf[l]);
+        s = kvc_hadamard_create(env->head_dim, side_mask(cfg->sides), (uint64_t)cfg->seed, (uint64_t)l,
+                                &st->xf[l]);
     if (s != KVC_OK) {
         rot_destroy(st);
         return s;

@@ -36,8 +36,24 @@ void kvc_fwht(float *x, int d) {
 }
 
 typedef struct hadamard_state {
+    unsigned sides; /* KVC_HADAMARD_K | KVC_HADAMARD_V: which sides are rotated */
     float sign[KVC_HADAMARD_MAX_D];
 } hadamard_state;
+
+/* Whether side `which` (0 keys and queries, 1 values and outputs) is rotated. */
+static int rotates(const kvc_xform *x, int which) {
+    const hadamard_state *h = x->state;
+    return (h->sides & (which ? KVC_HADAMARD_V : KVC_HADAMARD_K)) != 0;
+}
+
+/* The identity map of a side left unrotated: n rows copied (in place: nothing). */
+static void copy_rows(const kvc_xform *x, const float *in, int n, int ldin, float *out, int ldout) {
+    for (int r = 0; r < n; r++) {
+        float *o = out + (size_t)r * ldout;
+        const float *i = in + (size_t)r * ldin;
+        if (o != i) memmove(o, i, (size_t)x->dim_in * sizeof *o);
+    }
+}
 
 /* y = H·(s ⊙ x) for n rows. */
 static void forward_rows(const kvc_xform *x, const float *in, int n, int ldin, float *out, int ldout) {
@@ -63,22 +79,21 @@ static void inverse_rows(const kvc_xform *x, const float *in, int n, int ldin, f
     }
 }
 
+/* Queries take the keys' map, outputs the inverse of the values' map. */
 static void had_prepare_q(const kvc_xform *x, const float *q, int G, int ldq, float *qt, int ldt) {
-    forward_rows(x, q, G, ldq, qt, ldt);
+    (rotates(x, 0) ? forward_rows : copy_rows)(x, q, G, ldq, qt, ldt);
 }
 
 static void had_finish_out(const kvc_xform *x, const float *ot, int G, int ldt, float *out, int ldo) {
-    inverse_rows(x, ot, G, ldt, out, ldo);
+    (rotates(x, 1) ? inverse_rows : copy_rows)(x, ot, G, ldt, out, ldo);
 }
 
 static void had_restore(const kvc_xform *x, int which, const float *xt, int n, int ldt, float *out, int ld) {
-    (void)which;
-    inverse_rows(x, xt, n, ldt, out, ld);
+    (rotates(x, which) ? inverse_rows : copy_rows)(x, xt, n, ldt, out, ld);
 }
 
 static void had_apply(const kvc_xform *x, int which, const float *in, int n, int ldin, float *out, int ldout) {
-    (void)which;
-    forward_rows(x, in, n, ldin, out, ldout);
+    (rotates(x, which) ? forward_rows : copy_rows)(x, in, n, ldin, out, ldout);
 }
 
 /* The signs are the whole state: one byte each would do, counted as stored. */
@@ -99,10 +114,12 @@ static const kvc_xform_ops hadamard_ops = {
     .free = had_free,
 };
 
-kvc_status kvc_hadamard_create(int d, uint64_t seed, uint64_t stream, kvc_xform **out) {
+kvc_status kvc_hadamard_create(int d, unsigned sides, uint64_t seed, uint64_t stream, kvc_xform **out) {
     *out = NULL;
     KVC_CHECK(d >= 1 && d <= KVC_HADAMARD_MAX_D, KVC_ERR_ARG, "hadamard rotation: head_dim %d outside [1, %d]",
               d, KVC_HADAMARD_MAX_D);
+    KVC_CHECK(sides >= 1 && sides <= (KVC_HADAMARD_K | KVC_HADAMARD_V), KVC_ERR_ARG,
+              "hadamard rotation: sides %u is not keys (1), values (2) or both (3)", sides);
     kvc_xform *x = calloc(1, sizeof *x);
     hadamard_state *h = calloc(1, sizeof *h);
     if (!x || !h) {
@@ -113,6 +130,7 @@ kvc_status kvc_hadamard_create(int d, uint64_t seed, uint64_t stream, kvc_xform 
     /* counter-based: sign c depends only on (seed, stream, c) */
     uint64_t base = kvc_rng_mix(seed ^ kvc_rng_mix(stream));
     for (int c = 0; c < d; c++) h->sign[c] = (kvc_rng_mix(base ^ (uint64_t)c) >> 63) ? -1.0f : 1.0f;
+    h->sides = sides;
     x->ops = &hadamard_ops;
     atomic_init(&x->refs, 1);
     x->dim_in = x->dim_k = x->dim_v = d;

@@ -8,7 +8,8 @@
  * wants (the rotation llama.cpp and QuaRot apply before quantizing K and V).
  *
  * Keys, values and queries all use the same map (dim_k = dim_v = head_dim);
- * the inverse is s ⊙ H·y. Each vector costs d·log2(d) additions (the fast
+ * the inverse is s ⊙ H·y. Either side may be left in the original space
+ * (the identity): keys with queries, or values with outputs. Each vector costs d·log2(d) additions (the fast
  * Walsh-Hadamard transform); no matrix is stored, only the d signs. */
 #ifndef KVC_KV_XFORM_HADAMARD_H
 #define KVC_KV_XFORM_HADAMARD_H
@@ -24,9 +25,13 @@
  * block-diagonal over d's binary digits). Its own inverse up to rounding. */
 void kvc_fwht(float *x, int d);
 
-/* The randomized rotation for head size d whose signs are drawn from `seed`
+/* The sides a rotation maps: keys (and the queries), values (and the outputs). */
+enum { KVC_HADAMARD_K = 1u, KVC_HADAMARD_V = 2u };
+
+/* The randomized rotation for head size d of the given sides (a nonzero
+ * KVC_HADAMARD_K | KVC_HADAMARD_V mask) whose signs are drawn from `seed`
  * and `stream` (e.g. the layer index): the same (seed, stream) gives the same
  * signs on every machine. One reference held by *out. */
-kvc_status kvc_hadamard_create(int d, uint64_t seed, uint64_t stream, kvc_xform **out);
+kvc_status kvc_hadamard_create(int d, unsigned sides, uint64_t seed, uint64_t stream, kvc_xform **out);
 
 #endif
