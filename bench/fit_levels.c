@@ -7,14 +7,14 @@
  * Reads a `kvcomp dump-kv` file and forms KIVI's groups: keys per channel over
  * GROUP tokens (default 32), values per token over GROUP channels; with
  * ROT_SEED (>= 0) every K and V row is first rotated as `+rot:seed=ROT_SEED`
- * rotates it (kvc_hadamard_create(head_dim, seed, layer)). Each value becomes
- * its position u = (x - min) / (max - min) in its group's range, weighted by
- * (max - min)^2, so the weighted squared error in u is the squared error of
- * the decoded values. Lloyd-Max then fits four levels of u, separately for K
- * and V, twice: with the end levels fixed at 0 and 1 (min and max stay
- * representable, as in kivi) and with all four free. Printed: the levels, and
- * the mean squared error of each level set relative to uniform {0,1/3,2/3,1}
- * (nearest-level coding throughout).
+ * rotates it (kvc_hadamard_create(head_dim, both sides, seed, layer)). Each
+ * value becomes its position u = (x - min) / (max - min) in its group's
+ * range, weighted by (max - min)^2, so the weighted squared error in u is the
+ * squared error of the decoded values. Lloyd-Max then fits four levels of u,
+ * separately for K and V, twice: with the end levels fixed at 0 and 1 (min
+ * and max stay representable, as in kivi) and with all four free. Printed:
+ * the levels, and the mean squared error of each level set relative to
+ * uniform {0,1/3,2/3,1} (nearest-level coding throughout).
  *
  * Build (after cmake --build build):
  *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/fit_levels.c build/libkvcomp.a \
@@ -130,7 +130,8 @@ int main(int argc, char **argv) {
         }
         if (seed >= 0) {
             kvc_xform *x;
-            if (kvc_hadamard_create(d, KVC_HADAMARD_K | KVC_HADAMARD_V, (uint64_t)seed, (uint64_t)l, &x) != KVC_OK) return 1;
+            if (kvc_hadamard_create(d, KVC_HADAMARD_K | KVC_HADAMARD_V, (uint64_t)seed, (uint64_t)l, &x) != KVC_OK)
+                return 1;
             x->ops->apply(x, 0, k, n * nkv, d, k, d);
             x->ops->apply(x, 1, v, n * nkv, d, v, d);
             kvc_xform_release(x);
