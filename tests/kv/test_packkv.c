@@ -7,6 +7,11 @@
  *    blocks, appends, widths 0..8;
  *  - a block of identical tokens, constant tokens (range 0) and a block with
  *    one huge outlier;
+ *  - channel centers (center=k|v|kv): decode equals center + the quantizer's
+ *    reconstruction of the centered token, the bound holds for the centered
+ *    range, the centers are the f16 block medians; a bias channel (Qwen2's
+ *    keys) no longer sets the error of the other channels, and one outlier
+ *    token does not move its channel's center;
  *  - repacking returns a permutation, and the method applies the same one to
  *    K and V: decoded K row i and V row i are both token pos[i]'s;
  *  - greedy repacking never needs more residual bits than none on
@@ -81,7 +86,26 @@ static void test_quantization_bound(void **state) {
         }
 }
 
-/* Encodes x with one codec, checks decode == the quantizer's reconstruction. */
+/* The rows of x minus each block's channel centers when cfg centers, else x
+ * (a copy); centers_of gets the centers of token t's block at [t * dim]. */
+static float *centered_copy(const kvc_pk_cfg *cfg, const float *x, int n, int dim, float *centers_of) {
+    float *y = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
+    uint16_t centers[KVC_PK_MAX_DIM];
+    for (int t0 = 0; t0 < n; t0 += cfg->block) {
+        int nb = n - t0 < cfg->block ? n - t0 : cfg->block;
+        if (cfg->center) kvc_pk_centers(x + (size_t)t0 * dim, nb, dim, dim, centers);
+        for (int t = t0; t < t0 + nb; t++)
+            for (int c = 0; c < dim; c++) {
+                float m = cfg->center ? kvc_f16_to_f32(centers[c]) : 0.0f;
+                y[(size_t)t * dim + c] = cfg->center ? x[(size_t)t * dim + c] - m : x[(size_t)t * dim + c];
+                centers_of[(size_t)t * dim + c] = m;
+            }
+    }
+    return y;
+}
+
+/* Encodes x with one codec, checks decode == the quantizer's reconstruction
+ * (of the centered rows, plus the centers, when cfg centers). */
 static void roundtrip(const kvc_codec_ops *ops, const kvc_pk_cfg *cfg, const float *x, int n, int dim,
                       int split) {
     kvc_codec c = {.ops = ops, .dim = dim, .cfg = cfg};
@@ -93,13 +117,20 @@ static void roundtrip(const kvc_codec_ops *ops, const kvc_pk_cfg *cfg, const flo
     float *y = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
     uint8_t *codes = malloc((size_t)dim);
     ops->decode(&c, blob, 0, n, y, dim);
-    check_bound(x, y, n, dim, cfg->rel);
+    float *mid = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
+    float *xc = centered_copy(cfg, x, n, dim, mid);
+    /* the bound on the centered values (y - center is m + s code up to one
+     * rounding of y: far below the bound for these magnitudes) */
+    for (int i = 0; i < n * dim; i++) y[i] -= mid[i];
+    check_bound(xc, y, n, dim, cfg->rel);
+    for (int i = 0; i < n * dim; i++) y[i] += mid[i];
     for (int t = 0; t < n; t++) {
         float mn;
         uint16_t sc;
-        kvc_pk_quantize(x + (size_t)t * dim, dim, cfg->rel, &mn, &sc, codes);
+        kvc_pk_quantize(xc + (size_t)t * dim, dim, cfg->rel, &mn, &sc, codes);
         for (int d = 0; d < dim; d++) {
             float want = fmaf((float)codes[d], kvc_bf16_to_f32(sc), mn);
+            if (cfg->center) want += mid[(size_t)t * dim + d];
             if (memcmp(&want, &y[(size_t)t * dim + d], 4) != 0)
                 fail_msg("%s n=%d dim=%d pack=%d block=%d: token %d channel %d: %g != %g", ops->name, n,
                          dim, cfg->pack, cfg->block, t, d, y[(size_t)t * dim + d], want);
@@ -119,6 +150,8 @@ static void roundtrip(const kvc_codec_ops *ops, const kvc_pk_cfg *cfg, const flo
     ops->free(&c, blob);
     free(y);
     free(codes);
+    free(mid);
+    free(xc);
 }
 
 static void test_bitpacking_roundtrip(void **state) {
@@ -133,9 +166,12 @@ static void test_bitpacking_roundtrip(void **state) {
                 float *x = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
                 for (int i = 0; i < n * dim; i++) x[i] = frand() * ((i % 11) ? 1.0f : 9.0f) + 0.1f * (i / dim % 7);
                 kvc_pk_cfg cfg = {.rel = rels[(di + ni) % 3], .block = pk * (1 + ni % 4), .pack = pk};
-                roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, n);
-                roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, n);
-                roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, cfg.block); /* encode + append */
+                for (cfg.center = 0; cfg.center <= 1; cfg.center++) {
+                    roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, n);
+                    roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, cfg.block); /* encode + append */
+                    roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, n);
+                    roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, cfg.block);
+                }
                 free(x);
             }
 }
@@ -175,6 +211,64 @@ static void test_degenerate_blocks(void **state) {
         if (i / DIM != 17 && i / DIM != 40) e = fmaxf(e, fabsf(x[i] - y[i]));
     assert_true(e <= 0.1f / 2 * 2.0f + 1e-6f); /* the other tokens keep their range of 2 */
     c.ops->free(&c, blob);
+}
+
+/* The centers are the f16 lower medians of each channel; NaN counts as 0 and
+ * magnitudes beyond f16 clamp. */
+static void test_centers_are_medians(void **state) {
+    (void)state;
+    enum { N = 9, DIM = 5 };
+    float x[N * DIM];
+    for (int t = 0; t < N; t++) {
+        x[t * DIM + 0] = (float)((t * 5) % N);       /* 0..8 shuffled: median 4 */
+        x[t * DIM + 1] = t == 3 ? 1e30f : 0.25f * t;  /* one outlier: median 1.25 */
+        x[t * DIM + 2] = 1e6f + t;                    /* clamps to 65504 */
+        x[t * DIM + 3] = t < 6 ? NAN : -2.0f;         /* six NaN (as 0), three -2: median 0 */
+        x[t * DIM + 4] = 600.3f - 0.001f * t;         /* a bias: f16 of the median */
+    }
+    uint16_t c[DIM];
+    kvc_pk_centers(x, N, DIM, DIM, c);
+    assert_true(kvc_f16_to_f32(c[0]) == 4.0f);
+    assert_true(kvc_f16_to_f32(c[1]) == 1.25f);
+    assert_true(kvc_f16_to_f32(c[2]) == 65504.0f);
+    assert_true(kvc_f16_to_f32(c[3]) == 0.0f);
+    assert_true(c[4] == kvc_f32_to_f16(x[4 * DIM + 4]));
+    kvc_pk_centers(x, 2, DIM, DIM, c); /* even count: the lower of the two */
+    assert_true(kvc_f16_to_f32(c[0]) == 0.0f);
+}
+
+/* Largest |x - decoded| over the channels c != skip of tokens t != skip_t. */
+static float max_error(const kvc_pk_cfg *cfg, const float *x, int n, int dim, int skip_t) {
+    kvc_codec c = {.ops = &kvc_codec_packkv_k, .dim = dim, .cfg = cfg};
+    void *blob = NULL;
+    float *y = malloc(sizeof(float) * (size_t)n * dim), e = 0;
+    assert_int_equal(c.ops->encode(&c, x, n, dim, &blob), KVC_OK);
+    c.ops->decode(&c, blob, 0, n, y, dim);
+    for (int i = 0; i < n * dim; i++)
+        if (i / dim != skip_t) e = fmaxf(e, fabsf(x[i] - y[i]));
+    c.ops->free(&c, blob);
+    free(y);
+    return e;
+}
+
+/* Qwen2's layer-0 keys: one channel near 600 in every token, the others vary
+ * by about 1. Token-wise scales without centers lose the small channels;
+ * with centers the error follows their spread. One huge outlier token does
+ * not move the centers the other tokens are coded against. */
+static void test_centers_fix_a_bias_channel(void **state) {
+    (void)state;
+    enum { N = 128, DIM = 64 };
+    float *x = malloc(sizeof(float) * N * DIM);
+    for (int t = 0; t < N; t++)
+        for (int c = 0; c < DIM; c++) x[t * DIM + c] = c == 7 ? 600.0f + 0.5f * frand() : frand();
+    kvc_pk_cfg plain = {.rel = 0.1f, .block = 64, .pack = 16}, cen = plain;
+    cen.center = 1;
+    float e_plain = max_error(&plain, x, N, DIM, -1), e_cen = max_error(&cen, x, N, DIM, -1);
+    assert_true(e_plain > 1.0f);           /* steps of 0.1 * 600: the small channels are lost */
+    assert_true(e_cen <= 0.1f / 2 * 4.0f); /* centered ranges stay within 4 */
+    x[17 * DIM + 3] = 3e30f;
+    assert_true(max_error(&cen, x, N, DIM, 17) <= 0.1f / 2 * 4.0f);
+    free(x);
 }
 
 static void check_perm(const int32_t *perm, int n) {
@@ -332,6 +426,9 @@ static void test_attention_matches_reference(void **state) {
     check_matches_reference("packkv:repack=greedy,krel=0.02,vrel=0.5,window=0", 400, 80);
     check_matches_reference("packkv:krel=1,vrel=0.004,kblock=128,vblock=32,pack=8", 500, 60);
     check_matches_reference("packkv+h2o:budget=0.5", 600, 100);
+    check_matches_reference("packkv:center=k", 700, 150);
+    check_matches_reference("packkv:center=kv,repack=greedy,kblock=128,vblock=64,pack=8", 400, 80);
+    check_matches_reference("packkv:center=v,window=0+h2o:budget=0.5", 600, 100);
 }
 
 static void expect_refused(const char *spec, const char *needle) {
@@ -352,6 +449,7 @@ static void test_bad_parameters(void **state) {
     expect_refused("packkv:vrel=1.5", "vrel=1.5");
     expect_refused("packkv:vrel=nan", "vrel=nan");
     expect_refused("packkv:repack=sorted", "none|vmedian|greedy");
+    expect_refused("packkv:center=q", "none|k|v|kv");
     expect_refused("packkv:vblock=2048", "vblock=2048");
     expect_refused("packkv+kivi", "cannot be stacked");
     kvc_pk_cfg bad = {.rel = 0.1f, .block = 24, .pack = 16};
@@ -373,6 +471,8 @@ int main(void) {
         cmocka_unit_test(test_quantization_bound),
         cmocka_unit_test(test_bitpacking_roundtrip),
         cmocka_unit_test(test_degenerate_blocks),
+        cmocka_unit_test(test_centers_are_medians),
+        cmocka_unit_test(test_centers_fix_a_bias_channel),
         cmocka_unit_test(test_repack_is_permutation),
         cmocka_unit_test(test_same_permutation_for_k_and_v),
         cmocka_unit_test(test_attention_matches_reference),

@@ -1,8 +1,9 @@
 /* The PackKV codecs "packkv_k" / "packkv_v" (format and math in packkv.h):
  * token quantization with a relative scale, bit-packing of each block's codes
  * into packs, a blob of independent blocks behind an offset table (appending
- * encodes new blocks after the old ones), decode, and qk / pv that walk the
- * requested token range block by block through the active fused kernels. */
+ * encodes new blocks after the old ones), optional channel centers per block,
+ * decode, and qk / pv that walk the requested token range block by block
+ * through the active fused kernels. */
 #include "kv/codec/packkv.h"
 
 #include <math.h>
@@ -13,7 +14,7 @@
 #include "base/status.h"
 
 typedef struct pkblob {
-    int32_t n, dim, block, pack, vmajor;
+    int32_t n, dim, block, pack, vmajor, center;
     int32_t n_blocks, cap_blocks;
     uint32_t *offs;     /* [cap_blocks + 1]: block i is data[offs[i] .. offs[i+1]) */
     uint8_t *data;      /* cap_data + KVC_PK_OVERREAD bytes */
@@ -67,20 +68,59 @@ void kvc_pk_quantize(const float *x, int dim, float rel, float *mn, uint16_t *sc
     }
 }
 
+/* ---- channel centers ------------------------------------------------------------- */
+
+/* The k-th smallest of v[0..n) (v is reordered); v holds no NaN. */
+static float kth_smallest(float *v, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        float pivot = v[lo + (hi - lo) / 2];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (v[i] < pivot) i++;
+            while (v[j] > pivot) j--;
+            if (i <= j) {
+                float t = v[i];
+                v[i++] = v[j];
+                v[j--] = t;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return v[k];
+    }
+    return v[k];
+}
+
+void kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers) {
+    float col[KVC_PK_MAX_BLOCK];
+    for (int c = 0; c < dim; c++) {
+        int m = 0;
+        for (int t = 0; t < n && t < KVC_PK_MAX_BLOCK; t++) {
+            float v = x[(size_t)t * ld + c];
+            col[m++] = v == v ? v : 0.0f;
+        }
+        float med = m ? kth_smallest(col, m, (m - 1) / 2) : 0.0f;
+        med = med > 65504.0f ? 65504.0f : med < -65504.0f ? -65504.0f : med;
+        centers[c] = kvc_f32_to_f16(med);
+    }
+}
+
 /* ---- block layout ------------------------------------------------------------------ */
 
 typedef struct layout {
     int np, npad, items;
-    uint32_t o_scales, o_widths, o_pmins, o_data;
+    uint32_t o_scales, o_centers, o_widths, o_pmins, o_data;
 } layout;
 
-static layout layout_of(int nb, int dim, int pack) {
+static layout layout_of(int nb, int dim, int pack, int center) {
     layout l;
     l.np = (nb + pack - 1) / pack;
     l.npad = l.np * pack;
     l.items = l.np * dim;
     l.o_scales = (uint32_t)l.npad * 4;
-    l.o_widths = l.o_scales + (uint32_t)l.npad * 2;
+    l.o_centers = l.o_scales + (uint32_t)l.npad * 2;
+    l.o_widths = l.o_centers + (center ? (uint32_t)dim * 2 : 0);
     l.o_pmins = l.o_widths + (uint32_t)(l.items + 1) / 2;
     l.o_data = l.o_pmins + (uint32_t)l.items;
     return l;
@@ -95,22 +135,24 @@ kvc_pk_block kvc_pk_block_of(const void *blob, int i) {
     const pkblob *b = blob;
     const uint8_t *base = b->data + b->offs[i];
     int nb = block_tokens(b, i);
-    layout l = layout_of(nb, b->dim, b->pack);
+    layout l = layout_of(nb, b->dim, b->pack, b->center);
     return (kvc_pk_block){(const float *)base, (const uint16_t *)(base + l.o_scales),
+                          b->center ? (const uint16_t *)(base + l.o_centers) : NULL,
                           base + l.o_widths, base + l.o_pmins, base + l.o_data,
                           nb, l.np, b->dim, b->pack, b->vmajor};
 }
 
 int kvc_pk_n_blocks(const void *blob) { return ((const pkblob *)blob)->n_blocks; }
 
-/* Writes the block of nb quantized tokens (mins, scales, codes [nb][dim]) at
- * dst (block_bytes of them). */
-static void write_block(const float *mins, const uint16_t *scales, const uint8_t *codes, int nb,
-                        int dim, int pack, int vmajor, uint8_t *dst) {
-    layout l = layout_of(nb, dim, pack);
+/* Writes the block of nb quantized tokens (mins, scales, codes [nb][dim];
+ * centers[dim] or NULL) at dst (block_bytes of them). */
+static void write_block(const float *mins, const uint16_t *scales, const uint16_t *centers,
+                        const uint8_t *codes, int nb, int dim, int pack, int vmajor, uint8_t *dst) {
+    layout l = layout_of(nb, dim, pack, centers != NULL);
     memset(dst, 0, l.o_data);
     memcpy(dst, mins, sizeof *mins * (size_t)nb);
     memcpy(dst + l.o_scales, scales, sizeof *scales * (size_t)nb);
+    if (centers) memcpy(dst + l.o_centers, centers, sizeof *centers * (size_t)dim);
     uint8_t *widths = dst + l.o_widths, *pmins = dst + l.o_pmins, *out = dst + l.o_data;
     for (int item = 0; item < l.items; item++) {
         int p = vmajor ? item % l.np : item / dim, c = vmajor ? item / l.np : item % dim;
@@ -136,8 +178,9 @@ static void write_block(const float *mins, const uint16_t *scales, const uint8_t
 
 /* Bytes of the block the codes encode to, padded to 4 so that every block's
  * f32 mins are aligned; *residual gets the residual bytes alone. */
-static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, uint32_t *residual) {
-    layout l = layout_of(nb, dim, pack);
+static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, int center,
+                            uint32_t *residual) {
+    layout l = layout_of(nb, dim, pack, center);
     uint32_t data = 0;
     for (int p = 0; p < l.np; p++)
         for (int c = 0; c < dim; c++) {
@@ -191,28 +234,39 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
     KVC_CHECK(n == 0 || b->n % b->block == 0, KVC_ERR_ARG,
               "packkv: cannot append after a ragged block (%d tokens, block %d)", b->n, b->block);
     if (n == 0) return KVC_OK;
-    /* scratch: codes [block][dim], then mins [block] and scales [block] */
-    uint8_t *codes = malloc((size_t)b->block * b->dim + (size_t)b->block * 6);
-    if (!codes) return kvc_fail(KVC_ERR_NOMEM, "packkv: code scratch of %d x %d", b->block, b->dim);
-    float *mins = (float *)(codes + (size_t)b->block * b->dim);
-    uint16_t *scales = (uint16_t *)(mins + b->block);
+    /* scratch: mins [block], centered row [dim], scales [block], centers [dim],
+     * codes [block][dim] */
+    size_t nf = (size_t)b->block + (size_t)b->dim, n16 = (size_t)b->block + (size_t)b->dim;
+    float *mins = malloc(sizeof(float) * nf + 2 * n16 + (size_t)b->block * b->dim);
+    if (!mins) return kvc_fail(KVC_ERR_NOMEM, "packkv: code scratch of %d x %d", b->block, b->dim);
+    float *row = mins + b->block;
+    uint16_t *scales = (uint16_t *)(mins + nf), *centers = scales + b->block;
+    uint8_t *codes = (uint8_t *)(scales + n16);
     kvc_status st = KVC_OK;
     for (int t0 = 0; t0 < n && st == KVC_OK; t0 += b->block) {
         int nb = n - t0 < b->block ? n - t0 : b->block;
-        for (int t = 0; t < nb; t++) /* codes first: the block's size depends on its widths */
-            kvc_pk_quantize(x + (size_t)(t0 + t) * ld, b->dim, cfg->rel, &mins[t], &scales[t],
-                            codes + (size_t)t * b->dim);
-        uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, &residual);
+        const float *xb = x + (size_t)t0 * ld;
+        if (b->center) kvc_pk_centers(xb, nb, ld, b->dim, centers);
+        for (int t = 0; t < nb; t++) { /* codes first: the block's size depends on its widths */
+            const float *xt = xb + (size_t)t * ld;
+            if (b->center) {
+                for (int c = 0; c < b->dim; c++) row[c] = xt[c] - kvc_f16_to_f32(centers[c]);
+                xt = row;
+            }
+            kvc_pk_quantize(xt, b->dim, cfg->rel, &mins[t], &scales[t], codes + (size_t)t * b->dim);
+        }
+        uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, b->center, &residual);
         uint64_t at = b->n_blocks ? b->offs[b->n_blocks] : 0;
         st = reserve(b, b->n_blocks + 1, at + bytes);
         if (st != KVC_OK) break;
-        write_block(mins, scales, codes, nb, b->dim, b->pack, b->vmajor, b->data + at);
+        write_block(mins, scales, b->center ? centers : NULL, codes, nb, b->dim, b->pack, b->vmajor,
+                    b->data + at);
         b->offs[b->n_blocks] = (uint32_t)at;
         b->offs[++b->n_blocks] = (uint32_t)(at + bytes);
         b->n += nb;
         b->payload += residual;
     }
-    free(codes);
+    free(mins);
     return st;
 }
 
@@ -226,7 +280,8 @@ static kvc_status encode_pk(const kvc_codec *c, const float *x, int n, int ld, v
               ld, c->dim);
     pkblob *b = calloc(1, sizeof *b);
     if (!b) return kvc_fail(KVC_ERR_NOMEM, "%s: blob", who);
-    *b = (pkblob){.dim = c->dim, .block = cfg->block, .pack = cfg->pack, .vmajor = vmajor};
+    *b = (pkblob){.dim = c->dim, .block = cfg->block, .pack = cfg->pack, .vmajor = vmajor,
+                  .center = cfg->center != 0};
     kvc_status st = reserve(b, 1, 0);
     if (st == KVC_OK) {
         b->offs[0] = 0;
@@ -274,7 +329,8 @@ static void decode_block(const kvc_pk_block *v, int j0, int j1, float *x, int ld
             if (t >= j0 && t < j1) {
                 int code = v->pmins[item] + kvc_pk_residual(src, w, t - p * v->pack);
                 float s = kvc_bf16_to_f32(v->scales[t]);
-                x[(size_t)(t - j0) * ld + c] = fmaf((float)code, s, v->mins[t]);
+                float y = fmaf((float)code, s, v->mins[t]);
+                x[(size_t)(t - j0) * ld + c] = v->centers ? y + kvc_f16_to_f32(v->centers[c]) : y;
             }
         src += (size_t)v->pack * w / 8;
     }
@@ -298,6 +354,26 @@ static void decode_pk(const kvc_codec *c, const void *blob, int begin, int end, 
     }
 }
 
+/* Adds q_h . centers to the scores s[h*lds + j], j < n, of a centered block. */
+static void add_center_scores(const kvc_pk_block *v, const float *q, int ldq, int G, int n, float *s,
+                              int lds) {
+    for (int h = 0; h < G; h++) {
+        float qc = 0.0f;
+        for (int c = 0; c < v->dim; c++) qc += q[(size_t)h * ldq + c] * kvc_f16_to_f32(v->centers[c]);
+        for (int j = 0; j < n; j++) s[(size_t)h * lds + j] += qc;
+    }
+}
+
+/* Adds center_c * sum_j p[h*ldp + j], j < n, to the outputs of a centered block. */
+static void add_center_outputs(const kvc_pk_block *v, const float *p, int ldp, int G, int n, float *o,
+                               int ldo) {
+    for (int h = 0; h < G; h++) {
+        float sp = 0.0f;
+        for (int j = 0; j < n; j++) sp += p[(size_t)h * ldp + j];
+        for (int c = 0; c < v->dim; c++) o[(size_t)h * ldo + c] += sp * kvc_f16_to_f32(v->centers[c]);
+    }
+}
+
 static void qk_pk(const kvc_codec *c, const void *blob, const float *q, int G, int ldq, int begin,
                   int end, float *s, int lds) {
     (void)c;
@@ -305,6 +381,7 @@ static void qk_pk(const kvc_codec *c, const void *blob, const float *q, int G, i
     for (int t0 = begin, tb, te; t0 < end; t0 = te) {
         te = block_at(blob, t0, end, &v, &tb);
         kvc_pk_k.qk(&v, q, ldq, G, t0 - tb, te - tb, s + (t0 - begin), lds);
+        if (v.centers) add_center_scores(&v, q, ldq, G, te - t0, s + (t0 - begin), lds);
     }
 }
 
@@ -315,11 +392,12 @@ static void pv_pk(const kvc_codec *c, const void *blob, const float *p, int G, i
     for (int t0 = begin, tb, te; t0 < end; t0 = te) {
         te = block_at(blob, t0, end, &v, &tb);
         kvc_pk_k.pv(&v, p + (t0 - begin), ldp, G, t0 - tb, te - tb, o, ldo);
+        if (v.centers) add_center_outputs(&v, p + (t0 - begin), ldp, G, te - t0, o, ldo);
     }
 }
 
 /* Payload: the residual bytes. Meta: everything else (blob header, block
- * offsets, per-token mins and scales, pack widths and mins, the padding of
+ * offsets, per-token mins and scales, channel centers, pack widths and mins, the padding of
  * blocks to 4 bytes, the over-read pad and unused capacity). */
 static void bytes_pk(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     (void)c;

@@ -31,11 +31,23 @@
  * accumulator per channel). Blocks are independent; the blob holds a table of
  * block offsets, so appending blocks never touches old ones.
  *
+ * Channel centers (cfg.center = 1): before quantizing a block, each channel's
+ * median over the block's tokens, rounded to f16 (u16 centers[dim] after the
+ * scales), is subtracted from every token, and the token-wise quantization
+ * above runs on x - center. A channel that holds a large constant (Qwen2's key
+ * bias: token ranges of ~600 against ~1 of variation between tokens) then no
+ * longer sets every token's range. The median, not the mean: one huge outlier
+ * token must not move the center of its channel for the whole block. The
+ * stored f16 value is what was subtracted, so decode is exact: x ~ m_t + s_t
+ * code_tc + center_c.
+ *
  * Fused kernels (scalar reference here, SIMD in src/kernels/<isa>/
  * kv_packkv_<isa>.c), with code = pmin + r:
  *   q.k_t = s_t (sum_c q_c pmin_pc + sum_c q_c r_tc) + m_t sum_c q_c
  *   o_c  += sum_t (p_t s_t) r_tc + pmin_pc sum_t p_t s_t + sum_t p_t m_t
- * Residuals are unpacked in registers (tokens in lanes), never to memory. */
+ * Residuals are unpacked in registers (tokens in lanes), never to memory.
+ * The kernels compute on the centered values; the codec's qk / pv add the
+ * centers' terms, q.center per block and center_c sum_t p_t, once per block. */
 #ifndef KVC_KV_CODEC_PACKKV_H
 #define KVC_KV_CODEC_PACKKV_H
 
@@ -57,6 +69,7 @@ typedef struct kvc_pk_cfg {
     float rel; /* scale = rel * token range; KVC_PK_MIN_REL .. 1 */
     int block; /* tokens per independent block, a multiple of pack */
     int pack;  /* tokens per pack: 8 or 16 */
+    int center; /* 1: subtract each channel's block median (f16) before quantizing */
 } kvc_pk_cfg;
 
 /* Validates a cfg; the message names the field and value. */
@@ -68,10 +81,15 @@ void kvc_pk_quantize(const float *x, int dim, float rel, float *mn, uint16_t *sc
 /* Width of a residual range 0..r (0 for r = 0). */
 static inline int kvc_pk_width(unsigned r) { return r ? 32 - __builtin_clz(r) : 0; }
 
+/* The f16 median of each channel of n tokens (rows ld apart) into
+ * centers[dim]; NaN counts as 0 and values beyond f16 clamp to +-65504. */
+void kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers);
+
 /* A view of one encoded block. */
 typedef struct kvc_pk_block {
     const float *mins;      /* [npad] */
     const uint16_t *scales; /* [npad] bf16 */
+    const uint16_t *centers; /* [dim] f16, or NULL when the blob is not centered */
     const uint8_t *widths;  /* [(items+1)/2] nibbles */
     const uint8_t *pmins;   /* [items] */
     const uint8_t *data;    /* residual bytes, item order */

@@ -11,12 +11,15 @@
  * `window + unit - 1` tokens. A unit is repacked as a whole (the larger block
  * size is a multiple of the smaller: a V block of 128 is two K blocks of 64
  * under the same permutation); the chunk's positions record the permutation
- * (none when repack=none). As a base it stacks with +h2o (eviction; compaction
- * re-encodes decoded rows, which re-quantizes them). */
+ * (none when repack=none). `center` subtracts each channel's block median
+ * before the token-wise quantization (packkv.h: a bias channel of the keys
+ * otherwise sets every token's range). As a base it stacks with +h2o
+ * (eviction; compaction re-encodes decoded rows, which re-quantizes them). */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/f16.h"
 #include "base/status.h"
 #include "kv/codec/packkv.h"
 #include "kv/method/method.h"
@@ -28,7 +31,10 @@ typedef struct packkv_cfg {
     int pack;
     int repack; /* kvc_pk_repack */
     int window;
+    int center; /* bit 0: keys centered, bit 1: values (none|k|v|kv) */
 } packkv_cfg;
+
+enum { CENTER_K = 1, CENTER_V = 2 }; /* the bits of `center` (none|k|v|kv) */
 
 typedef struct packkv_state {
     packkv_cfg cfg;
@@ -52,6 +58,9 @@ static const kvc_param packkv_params[] = {
      .help = "token order inside a unit: none, V-median sort, greedy (Algorithm 1)"},
     {.key = "window", .type = KVC_PARAM_INT, .offset = offsetof(packkv_cfg, window), .def = "32",
      .min = 0, .max = 1 << 20, .help = "newest tokens kept dense (the buffer before sealing)"},
+    {.key = "center", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, center), .def = "none",
+     .choices = "none|k|v|kv",
+     .help = "subtract each channel's block median (f16 per channel and block) before quantizing"},
 };
 
 static kvc_status packkv_check(const void *cfgp) {
@@ -75,8 +84,10 @@ static kvc_status packkv_create(const kvc_method_env *env, void **state) {
     packkv_state *st = calloc(1, sizeof *st);
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "packkv state");
     st->cfg = *(const packkv_cfg *)env->cfg;
-    st->k = (kvc_pk_cfg){.rel = st->cfg.krel, .block = st->cfg.kblock, .pack = st->cfg.pack};
-    st->v = (kvc_pk_cfg){.rel = st->cfg.vrel, .block = st->cfg.vblock, .pack = st->cfg.pack};
+    st->k = (kvc_pk_cfg){.rel = st->cfg.krel, .block = st->cfg.kblock, .pack = st->cfg.pack,
+                         .center = (st->cfg.center & CENTER_K) != 0};
+    st->v = (kvc_pk_cfg){.rel = st->cfg.vrel, .block = st->cfg.vblock, .pack = st->cfg.pack,
+                         .center = (st->cfg.center & CENTER_V) != 0};
     st->unit = st->cfg.kblock > st->cfg.vblock ? st->cfg.kblock : st->cfg.vblock;
     kvc_status s = kvc_pk_cfg_check(&st->k, "method packkv (K)");
     if (s == KVC_OK) s = kvc_pk_cfg_check(&st->v, "method packkv (V)");
@@ -97,16 +108,29 @@ static int packkv_hot_leave(void *state, kvc_stream *s, void *sstate) {
     return excess >= st->unit ? excess - excess % st->unit : 0;
 }
 
+/* The codes of n tokens (rows dim apart) as one codec would quantize them,
+ * centered over the n tokens when it centers, into codes (rows ldc apart). */
+static void unit_codes(const kvc_pk_cfg *cfg, const float *x, int n, int dim, uint8_t *codes, int ldc) {
+    uint16_t centers[KVC_PK_MAX_DIM];
+    float row[KVC_PK_MAX_DIM], mn;
+    uint16_t sc;
+    if (cfg->center) kvc_pk_centers(x, n, dim, dim, centers);
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * dim;
+        if (cfg->center) {
+            for (int c = 0; c < dim; c++) row[c] = xt[c] - kvc_f16_to_f32(centers[c]);
+            xt = row;
+        }
+        kvc_pk_quantize(xt, dim, cfg->rel, &mn, &sc, codes + (size_t)t * ldc);
+    }
+}
+
 /* The permutation of the n tokens of one unit from their K and V codes. */
 static kvc_status unit_perm(const packkv_state *st, const float *k, const float *v, int n, int dim,
                             uint8_t *codes, int32_t *perm) {
     int d = 2 * dim;
-    for (int t = 0; t < n; t++) {
-        float mn;
-        uint16_t sc;
-        kvc_pk_quantize(k + (size_t)t * dim, dim, st->k.rel, &mn, &sc, codes + (size_t)t * d);
-        kvc_pk_quantize(v + (size_t)t * dim, dim, st->v.rel, &mn, &sc, codes + (size_t)t * d + dim);
-    }
+    unit_codes(&st->k, k, n, dim, codes, d);
+    unit_codes(&st->v, v, n, dim, codes + dim, d);
     return kvc_pk_repack_perm((kvc_pk_repack)st->cfg.repack, codes, n, d, dim, st->cfg.pack, perm);
 }
 
