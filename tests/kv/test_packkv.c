@@ -86,20 +86,24 @@ static void test_quantization_bound(void **state) {
         }
 }
 
-/* The rows of x minus each block's channel centers when cfg centers, else x
- * (a copy); centers_of gets the centers of token t's block at [t * dim]. */
-static float *centered_copy(const kvc_pk_cfg *cfg, const float *x, int n, int dim, float *centers_of) {
+/* The rows of x minus their block's channel centers (a copy); centers_of
+ * gets the centers of token t's block at [t * dim], has[t] whether the block
+ * stores centers (cfg centers and some channel is an offset channel). */
+static float *centered_copy(const kvc_pk_cfg *cfg, const float *x, int n, int dim, float *centers_of,
+                            int *has) {
     float *y = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
     uint16_t centers[KVC_PK_MAX_DIM];
     for (int t0 = 0; t0 < n; t0 += cfg->block) {
         int nb = n - t0 < cfg->block ? n - t0 : cfg->block;
-        if (cfg->center) kvc_pk_centers(x + (size_t)t0 * dim, nb, dim, dim, centers);
-        for (int t = t0; t < t0 + nb; t++)
+        int h = cfg->center && kvc_pk_centers(x + (size_t)t0 * dim, nb, dim, dim, centers) > 0;
+        for (int t = t0; t < t0 + nb; t++) {
+            has[t] = h;
             for (int c = 0; c < dim; c++) {
-                float m = cfg->center ? kvc_f16_to_f32(centers[c]) : 0.0f;
-                y[(size_t)t * dim + c] = cfg->center ? x[(size_t)t * dim + c] - m : x[(size_t)t * dim + c];
+                float m = h ? kvc_f16_to_f32(centers[c]) : 0.0f, xv = x[(size_t)t * dim + c];
+                y[(size_t)t * dim + c] = h ? xv - m : xv;
                 centers_of[(size_t)t * dim + c] = m;
             }
+        }
     }
     return y;
 }
@@ -118,24 +122,24 @@ static void roundtrip(const kvc_codec_ops *ops, const kvc_pk_cfg *cfg, const flo
     uint8_t *codes = malloc((size_t)dim);
     ops->decode(&c, blob, 0, n, y, dim);
     float *mid = malloc(sizeof(float) * (size_t)(n ? n : 1) * dim);
-    float *xc = centered_copy(cfg, x, n, dim, mid);
-    /* the bound on the centered values (y - center is m + s code up to one
-     * rounding of y: far below the bound for these magnitudes) */
-    for (int i = 0; i < n * dim; i++) y[i] -= mid[i];
-    check_bound(xc, y, n, dim, cfg->rel);
-    for (int i = 0; i < n * dim; i++) y[i] += mid[i];
+    int *has = malloc(sizeof(int) * (size_t)(n ? n : 1)), centered = 0;
+    float *xc = centered_copy(cfg, x, n, dim, mid, has);
+    float *r = calloc((size_t)(n ? n : 1) * dim, sizeof(float)); /* the quantizer's reconstruction */
     for (int t = 0; t < n; t++) {
         float mn;
         uint16_t sc;
         kvc_pk_quantize(xc + (size_t)t * dim, dim, cfg->rel, &mn, &sc, codes);
         for (int d = 0; d < dim; d++) {
-            float want = fmaf((float)codes[d], kvc_bf16_to_f32(sc), mn);
-            if (cfg->center) want += mid[(size_t)t * dim + d];
+            r[(size_t)t * dim + d] = fmaf((float)codes[d], kvc_bf16_to_f32(sc), mn);
+            float want = r[(size_t)t * dim + d];
+            if (has[t]) want += mid[(size_t)t * dim + d];
             if (memcmp(&want, &y[(size_t)t * dim + d], 4) != 0)
                 fail_msg("%s n=%d dim=%d pack=%d block=%d: token %d channel %d: %g != %g", ops->name, n,
                          dim, cfg->pack, cfg->block, t, d, y[(size_t)t * dim + d], want);
         }
     }
+    check_bound(xc, r, n, dim, cfg->rel); /* the bound holds for the centered values */
+    free(r);
     if (n > 3) { /* a range inside */
         int b0 = n / 3, b1 = n - 1;
         ops->decode(&c, blob, b0, b1, y, dim);
@@ -150,8 +154,11 @@ static void roundtrip(const kvc_codec_ops *ops, const kvc_pk_cfg *cfg, const flo
     ops->free(&c, blob);
     free(y);
     free(codes);
+    for (int t = 0; t < n; t++) centered += has[t];
+    if (cfg->center && n && x[0] > 40.0f) assert_true(centered > 0); /* the offset test data */
     free(mid);
     free(xc);
+    free(has);
 }
 
 static void test_bitpacking_roundtrip(void **state) {
@@ -171,6 +178,12 @@ static void test_bitpacking_roundtrip(void **state) {
                     roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, cfg.block); /* encode + append */
                     roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, n);
                     roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, cfg.block);
+                }
+                for (int i = 0; i < n * dim; i++) /* offset channels: every third, from 50 up */
+                    x[i] += i % dim % 3 ? 0.0f : 50.0f * (float)(1 + i % dim);
+                for (cfg.center = 0; cfg.center <= 1; cfg.center++) {
+                    roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, cfg.block);
+                    roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, n);
                 }
                 free(x);
             }
@@ -213,28 +226,31 @@ static void test_degenerate_blocks(void **state) {
     c.ops->free(&c, blob);
 }
 
-/* The centers are the f16 lower medians of each channel; NaN counts as 0 and
- * magnitudes beyond f16 clamp. */
-static void test_centers_are_medians(void **state) {
+/* The centers are the f16 lower medians of the offset channels (|median| >
+ * 2 x their spread) and 0 elsewhere; NaN counts as 0, magnitudes beyond f16
+ * clamp, and an outlier token's spread keeps its channel uncentered. */
+static void test_centers_of_offset_channels(void **state) {
     (void)state;
-    enum { N = 9, DIM = 5 };
+    enum { N = 9, DIM = 6 };
     float x[N * DIM];
     for (int t = 0; t < N; t++) {
-        x[t * DIM + 0] = (float)((t * 5) % N);       /* 0..8 shuffled: median 4 */
-        x[t * DIM + 1] = t == 3 ? 1e30f : 0.25f * t;  /* one outlier: median 1.25 */
+        x[t * DIM + 0] = 100.0f + (float)((t * 5) % N); /* 100..108 shuffled: median 104 */
+        x[t * DIM + 1] = t == 3 ? 1e30f : 100.0f + 0.25f * t; /* the outlier's spread */
         x[t * DIM + 2] = 1e6f + t;                    /* clamps to 65504 */
         x[t * DIM + 3] = t < 6 ? NAN : -2.0f;         /* six NaN (as 0), three -2: median 0 */
         x[t * DIM + 4] = 600.3f - 0.001f * t;         /* a bias: f16 of the median */
+        x[t * DIM + 5] = (float)((t * 5) % N);        /* median 4, spread 8: not an offset */
     }
     uint16_t c[DIM];
-    kvc_pk_centers(x, N, DIM, DIM, c);
-    assert_true(kvc_f16_to_f32(c[0]) == 4.0f);
-    assert_true(kvc_f16_to_f32(c[1]) == 1.25f);
+    assert_int_equal(kvc_pk_centers(x, N, DIM, DIM, c), 3);
+    assert_true(kvc_f16_to_f32(c[0]) == 104.0f);
+    assert_true(c[1] == 0);
     assert_true(kvc_f16_to_f32(c[2]) == 65504.0f);
-    assert_true(kvc_f16_to_f32(c[3]) == 0.0f);
+    assert_true(c[3] == 0);
     assert_true(c[4] == kvc_f32_to_f16(x[4 * DIM + 4]));
+    assert_true(c[5] == 0);
     kvc_pk_centers(x, 2, DIM, DIM, c); /* even count: the lower of the two */
-    assert_true(kvc_f16_to_f32(c[0]) == 0.0f);
+    assert_true(kvc_f16_to_f32(c[0]) == 100.0f);
 }
 
 /* Largest |x - decoded| over the channels c != skip of tokens t != skip_t. */
@@ -330,8 +346,11 @@ static kvc_cache *make(const char *spec, int max_tokens, kvc_pool *pool) {
 /* Decoded K row i and V row i of every chunk are token pos[i]'s reconstruction. */
 static void test_same_permutation_for_k_and_v(void **state) {
     (void)state;
-    const char *specs[] = {"packkv:repack=greedy", "packkv:repack=vmedian,kblock=32,vblock=128,pack=8",
-                           "packkv:repack=greedy,kblock=128,vblock=64,window=0"};
+    /* no centers: the expected rows below are the quantizer's of the raw tokens
+     * (centered chunks: test_attention_matches_reference) */
+    const char *specs[] = {"packkv:repack=greedy,center=none",
+                           "packkv:repack=vmedian,kblock=32,vblock=128,pack=8,center=none",
+                           "packkv:repack=greedy,kblock=128,vblock=64,window=0,center=none"};
     int n = 700;
     float *k = malloc(sizeof(float) * n * NKV * D), *v = malloc(sizeof(float) * n * NKV * D);
     kvc_synth_kv(NKV, D, 0, n, 3, k, v);
@@ -395,6 +414,8 @@ static void check_matches_reference(const char *spec, int n_prefill, int n_decod
     kvc_cache *c = make(spec, n + 8, pool);
     float *k = malloc(sizeof(float) * n * NKV * D), *v = malloc(sizeof(float) * n * NKV * D);
     kvc_synth_kv(NKV, D, 0, n, 5, k, v);
+    for (int i = 0; i < n * NKV * D; i++) /* offset channels, as Qwen2's biases give */
+        k[i] += 30.0f * sinf((float)(i % D)), v[i] += 10.0f * cosf((float)(i % D));
     for (int layer = 0; layer < NL; layer++) {
         assert_int_equal(kvc_cache_load(c, layer, n_prefill, k, v), KVC_OK);
         for (int t = n_prefill; t < n; t++) {
@@ -471,7 +492,7 @@ int main(void) {
         cmocka_unit_test(test_quantization_bound),
         cmocka_unit_test(test_bitpacking_roundtrip),
         cmocka_unit_test(test_degenerate_blocks),
-        cmocka_unit_test(test_centers_are_medians),
+        cmocka_unit_test(test_centers_of_offset_channels),
         cmocka_unit_test(test_centers_fix_a_bias_channel),
         cmocka_unit_test(test_repack_is_permutation),
         cmocka_unit_test(test_same_permutation_for_k_and_v),

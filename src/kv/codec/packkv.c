@@ -17,6 +17,7 @@ typedef struct pkblob {
     int32_t n, dim, block, pack, vmajor, center;
     int32_t n_blocks, cap_blocks;
     uint32_t *offs;     /* [cap_blocks + 1]: block i is data[offs[i] .. offs[i+1]) */
+    uint8_t *centered;  /* [cap_blocks]: 1 if block i stores channel centers */
     uint8_t *data;      /* cap_data + KVC_PK_OVERREAD bytes */
     uint64_t cap_data;
     uint64_t payload;   /* residual bytes of all blocks */
@@ -92,18 +93,26 @@ static float kth_smallest(float *v, int n, int k) {
     return v[k];
 }
 
-void kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers) {
+int kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers) {
     float col[KVC_PK_MAX_BLOCK];
+    int n_centered = 0;
     for (int c = 0; c < dim; c++) {
         int m = 0;
+        float lo = 0.0f, hi = 0.0f;
         for (int t = 0; t < n && t < KVC_PK_MAX_BLOCK; t++) {
             float v = x[(size_t)t * ld + c];
-            col[m++] = v == v ? v : 0.0f;
+            v = v == v ? v : 0.0f;
+            lo = m == 0 || v < lo ? v : lo;
+            hi = m == 0 || v > hi ? v : hi;
+            col[m++] = v;
         }
         float med = m ? kth_smallest(col, m, (m - 1) / 2) : 0.0f;
+        if (!(fabsf(med) > KVC_PK_CENTER_RATIO * (hi - lo))) med = 0.0f; /* not an offset channel */
         med = med > 65504.0f ? 65504.0f : med < -65504.0f ? -65504.0f : med;
         centers[c] = kvc_f32_to_f16(med);
+        n_centered += centers[c] != 0;
     }
+    return n_centered;
 }
 
 /* ---- block layout ------------------------------------------------------------------ */
@@ -113,14 +122,14 @@ typedef struct layout {
     uint32_t o_scales, o_centers, o_widths, o_pmins, o_data;
 } layout;
 
-static layout layout_of(int nb, int dim, int pack, int center) {
+static layout layout_of(int nb, int dim, int pack, int has_centers) {
     layout l;
     l.np = (nb + pack - 1) / pack;
     l.npad = l.np * pack;
     l.items = l.np * dim;
     l.o_scales = (uint32_t)l.npad * 4;
     l.o_centers = l.o_scales + (uint32_t)l.npad * 2;
-    l.o_widths = l.o_centers + (center ? (uint32_t)dim * 2 : 0);
+    l.o_widths = l.o_centers + (has_centers ? (uint32_t)dim * 2 : 0);
     l.o_pmins = l.o_widths + (uint32_t)(l.items + 1) / 2;
     l.o_data = l.o_pmins + (uint32_t)l.items;
     return l;
@@ -135,9 +144,9 @@ kvc_pk_block kvc_pk_block_of(const void *blob, int i) {
     const pkblob *b = blob;
     const uint8_t *base = b->data + b->offs[i];
     int nb = block_tokens(b, i);
-    layout l = layout_of(nb, b->dim, b->pack, b->center);
+    layout l = layout_of(nb, b->dim, b->pack, b->centered[i]);
     return (kvc_pk_block){(const float *)base, (const uint16_t *)(base + l.o_scales),
-                          b->center ? (const uint16_t *)(base + l.o_centers) : NULL,
+                          b->centered[i] ? (const uint16_t *)(base + l.o_centers) : NULL,
                           base + l.o_widths, base + l.o_pmins, base + l.o_data,
                           nb, l.np, b->dim, b->pack, b->vmajor};
 }
@@ -178,9 +187,9 @@ static void write_block(const float *mins, const uint16_t *scales, const uint16_
 
 /* Bytes of the block the codes encode to, padded to 4 so that every block's
  * f32 mins are aligned; *residual gets the residual bytes alone. */
-static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, int center,
+static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, int has_centers,
                             uint32_t *residual) {
-    layout l = layout_of(nb, dim, pack, center);
+    layout l = layout_of(nb, dim, pack, has_centers);
     uint32_t data = 0;
     for (int p = 0; p < l.np; p++)
         for (int c = 0; c < dim; c++) {
@@ -202,6 +211,9 @@ static kvc_status reserve(pkblob *b, int n_blocks, uint64_t data_bytes) {
         uint32_t *o = realloc(b->offs, sizeof *o * ((size_t)cap + 1));
         if (!o) return kvc_fail(KVC_ERR_NOMEM, "packkv: offsets of %d blocks", cap);
         b->offs = o;
+        uint8_t *f = realloc(b->centered, (size_t)cap);
+        if (!f) return kvc_fail(KVC_ERR_NOMEM, "packkv: flags of %d blocks", cap);
+        b->centered = f;
         b->cap_blocks = cap;
     }
     if (data_bytes > b->cap_data) {
@@ -224,7 +236,10 @@ static void trim(pkblob *b) {
     uint8_t *d = realloc(b->data, used + KVC_PK_OVERREAD);
     if (d) b->data = d, b->cap_data = used;
     uint32_t *o = realloc(b->offs, sizeof *o * ((size_t)b->n_blocks + 1));
-    if (o) b->offs = o, b->cap_blocks = b->n_blocks;
+    uint8_t *f = b->n_blocks ? realloc(b->centered, (size_t)b->n_blocks) : NULL;
+    if (o) b->offs = o;
+    if (f) b->centered = f;
+    if (o || f) b->cap_blocks = b->n_blocks; /* a failed one keeps its larger size */
 }
 
 static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int n, int ld) {
@@ -246,21 +261,22 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
     for (int t0 = 0; t0 < n && st == KVC_OK; t0 += b->block) {
         int nb = n - t0 < b->block ? n - t0 : b->block;
         const float *xb = x + (size_t)t0 * ld;
-        if (b->center) kvc_pk_centers(xb, nb, ld, b->dim, centers);
+        int has_centers = b->center && kvc_pk_centers(xb, nb, ld, b->dim, centers) > 0;
         for (int t = 0; t < nb; t++) { /* codes first: the block's size depends on its widths */
             const float *xt = xb + (size_t)t * ld;
-            if (b->center) {
+            if (has_centers) {
                 for (int c = 0; c < b->dim; c++) row[c] = xt[c] - kvc_f16_to_f32(centers[c]);
                 xt = row;
             }
             kvc_pk_quantize(xt, b->dim, cfg->rel, &mins[t], &scales[t], codes + (size_t)t * b->dim);
         }
-        uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, b->center, &residual);
+        uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, has_centers, &residual);
         uint64_t at = b->n_blocks ? b->offs[b->n_blocks] : 0;
         st = reserve(b, b->n_blocks + 1, at + bytes);
         if (st != KVC_OK) break;
-        write_block(mins, scales, b->center ? centers : NULL, codes, nb, b->dim, b->pack, b->vmajor,
+        write_block(mins, scales, has_centers ? centers : NULL, codes, nb, b->dim, b->pack, b->vmajor,
                     b->data + at);
+        b->centered[b->n_blocks] = (uint8_t)has_centers;
         b->offs[b->n_blocks] = (uint32_t)at;
         b->offs[++b->n_blocks] = (uint32_t)(at + bytes);
         b->n += nb;
@@ -290,6 +306,7 @@ static kvc_status encode_pk(const kvc_codec *c, const float *x, int n, int ld, v
     if (st == KVC_OK) trim(b);
     if (st != KVC_OK) {
         free(b->offs);
+        free(b->centered);
         free(b->data);
         free(b);
         return st;
@@ -315,6 +332,7 @@ static void free_pk(const kvc_codec *c, void *blob) {
     pkblob *b = blob;
     if (!b) return;
     free(b->offs);
+    free(b->centered);
     free(b->data);
     free(b);
 }
@@ -397,13 +415,13 @@ static void pv_pk(const kvc_codec *c, const void *blob, const float *p, int G, i
 }
 
 /* Payload: the residual bytes. Meta: everything else (blob header, block
- * offsets, per-token mins and scales, channel centers, pack widths and mins, the padding of
+ * offsets and center flags, per-token mins and scales, channel centers, pack widths and mins, the padding of
  * blocks to 4 bytes, the over-read pad and unused capacity). */
 static void bytes_pk(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     (void)c;
     const pkblob *b = blob;
     *payload = b->payload;
-    *meta = sizeof *b + sizeof *b->offs * ((uint64_t)b->cap_blocks + 1) + b->cap_data + KVC_PK_OVERREAD -
+    *meta = sizeof *b + (sizeof *b->offs + 1) * ((uint64_t)b->cap_blocks + 1) + b->cap_data + KVC_PK_OVERREAD -
             b->payload;
 }
 

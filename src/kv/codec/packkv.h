@@ -31,15 +31,20 @@
  * accumulator per channel). Blocks are independent; the blob holds a table of
  * block offsets, so appending blocks never touches old ones.
  *
- * Channel centers (cfg.center = 1): before quantizing a block, each channel's
- * median over the block's tokens, rounded to f16 (u16 centers[dim] after the
- * scales), is subtracted from every token, and the token-wise quantization
- * above runs on x - center. A channel that holds a large constant (Qwen2's key
- * bias: token ranges of ~600 against ~1 of variation between tokens) then no
- * longer sets every token's range. The median, not the mean: one huge outlier
- * token must not move the center of its channel for the whole block. The
- * stored f16 value is what was subtracted, so decode is exact: x ~ m_t + s_t
- * code_tc + center_c.
+ * Channel centers (cfg.center = 1): an offset channel is one whose median
+ * over the block's tokens exceeds KVC_PK_CENTER_RATIO times its spread (max -
+ * min over the block) in magnitude: a near-constant that carries little
+ * information but, in a token-wise range, sets every token's step (Qwen2's
+ * key bias: token ranges of ~600 against ~1 of variation between tokens).
+ * A block with offset channels stores u16 centers[dim] after the scales (the
+ * f16 median for offset channels, 0 for the others) and the quantization
+ * runs on x - center; a block without them stores none (a flag per block in
+ * the blob). Other channels are not centered on purpose: a token-wise range
+ * codes the token's extreme channels almost exactly, and those are the
+ * outlier channels where queries are large too (centering every channel
+ * halved SmolLM2's key error yet raised its KL by a third). The median, not
+ * the mean: one outlier token must not move its channel's center. The stored
+ * f16 value is what was subtracted, so x ~ m_t + s_t code_tc + center_c.
  *
  * Fused kernels (scalar reference here, SIMD in src/kernels/<isa>/
  * kv_packkv_<isa>.c), with code = pmin + r:
@@ -63,13 +68,14 @@ enum {
 };
 
 #define KVC_PK_MIN_REL (1.0f / 250.0f)
+#define KVC_PK_CENTER_RATIO 2.0f /* offset channel: |median| > this * (max - min) */
 
 /* Parameters of one codec instance (kc->cfg / vc->cfg). */
 typedef struct kvc_pk_cfg {
     float rel; /* scale = rel * token range; KVC_PK_MIN_REL .. 1 */
     int block; /* tokens per independent block, a multiple of pack */
     int pack;  /* tokens per pack: 8 or 16 */
-    int center; /* 1: subtract each channel's block median (f16) before quantizing */
+    int center; /* 1: subtract the block medians of offset channels (f16) before quantizing */
 } kvc_pk_cfg;
 
 /* Validates a cfg; the message names the field and value. */
@@ -81,15 +87,17 @@ void kvc_pk_quantize(const float *x, int dim, float rel, float *mn, uint16_t *sc
 /* Width of a residual range 0..r (0 for r = 0). */
 static inline int kvc_pk_width(unsigned r) { return r ? 32 - __builtin_clz(r) : 0; }
 
-/* The f16 median of each channel of n tokens (rows ld apart) into
- * centers[dim]; NaN counts as 0 and values beyond f16 clamp to +-65504. */
-void kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers);
+/* The centers of n tokens (rows ld apart) into centers[dim]: the f16 median
+ * of each offset channel (|median| > KVC_PK_CENTER_RATIO * (max - min)), 0 for
+ * the others; NaN counts as 0 and values beyond f16 clamp to +-65504.
+ * Returns the number of nonzero centers. */
+int kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers);
 
 /* A view of one encoded block. */
 typedef struct kvc_pk_block {
     const float *mins;      /* [npad] */
     const uint16_t *scales; /* [npad] bf16 */
-    const uint16_t *centers; /* [dim] f16, or NULL when the blob is not centered */
+    const uint16_t *centers; /* [dim] f16, or NULL when the block stores none */
     const uint8_t *widths;  /* [(items+1)/2] nibbles */
     const uint8_t *pmins;   /* [items] */
     const uint8_t *data;    /* residual bytes, item order */

@@ -58,9 +58,9 @@ static const kvc_param packkv_params[] = {
      .help = "token order inside a unit: none, V-median sort, greedy (Algorithm 1)"},
     {.key = "window", .type = KVC_PARAM_INT, .offset = offsetof(packkv_cfg, window), .def = "32",
      .min = 0, .max = 1 << 20, .help = "newest tokens kept dense (the buffer before sealing)"},
-    {.key = "center", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, center), .def = "none",
+    {.key = "center", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, center), .def = "k",
      .choices = "none|k|v|kv",
-     .help = "subtract each channel's block median (f16 per channel and block) before quantizing"},
+     .help = "subtract the block medians of offset channels (f16) before quantizing: none, k, v, kv"},
 };
 
 static kvc_status packkv_check(const void *cfgp) {
