@@ -251,12 +251,12 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
     if (n == 0) return KVC_OK;
     /* scratch: mins [block], centered row [dim], scales [block], centers [dim],
      * codes [block][dim] */
-    size_t nf = (size_t)b->block + (size_t)b->dim, n16 = (size_t)b->block + (size_t)b->dim;
-    float *mins = malloc(sizeof(float) * nf + 2 * n16 + (size_t)b->block * b->dim);
+    size_t per = (size_t)b->block + (size_t)b->dim; /* floats, then as many u16 */
+    float *mins = malloc((sizeof(float) + sizeof(uint16_t)) * per + (size_t)b->block * b->dim);
     if (!mins) return kvc_fail(KVC_ERR_NOMEM, "packkv: code scratch of %d x %d", b->block, b->dim);
     float *row = mins + b->block;
-    uint16_t *scales = (uint16_t *)(mins + nf), *centers = scales + b->block;
-    uint8_t *codes = (uint8_t *)(scales + n16);
+    uint16_t *scales = (uint16_t *)(mins + per), *centers = scales + b->block;
+    uint8_t *codes = (uint8_t *)(scales + per);
     kvc_status st = KVC_OK;
     for (int t0 = 0; t0 < n && st == KVC_OK; t0 += b->block) {
         int nb = n - t0 < b->block ? n - t0 : b->block;
@@ -421,7 +421,8 @@ static void bytes_pk(const kvc_codec *c, const void *blob, uint64_t *payload, ui
     (void)c;
     const pkblob *b = blob;
     *payload = b->payload;
-    *meta = sizeof *b + (sizeof *b->offs + 1) * ((uint64_t)b->cap_blocks + 1) + b->cap_data + KVC_PK_OVERREAD -
+    *meta = sizeof *b + sizeof *b->offs * ((uint64_t)b->cap_blocks + 1) + (uint64_t)b->cap_blocks +
+            b->cap_data + KVC_PK_OVERREAD -
             b->payload;
 }
 
