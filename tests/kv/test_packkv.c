@@ -9,9 +9,9 @@
  *    one huge outlier;
  *  - channel centers (center=k|v|kv): decode equals center + the quantizer's
  *    reconstruction of the centered token, the bound holds for the centered
- *    range, the centers are the f16 block medians; a bias channel (Qwen2's
- *    keys) no longer sets the error of the other channels, and one outlier
- *    token does not move its channel's center;
+ *    range, the centers are the f16 block medians of offset channels only;
+ *    a bias channel (Qwen2's keys) no longer sets the error of the other
+ *    channels, and one outlier token does not move its channel's center;
  *  - repacking returns a permutation, and the method applies the same one to
  *    K and V: decoded K row i and V row i are both token pos[i]'s;
  *  - greedy repacking never needs more residual bits than none on

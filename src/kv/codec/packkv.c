@@ -115,6 +115,23 @@ int kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers) {
     return n_centered;
 }
 
+int kvc_pk_quantize_block(const kvc_pk_cfg *cfg, const float *x, int n, int ld, int dim,
+                          uint16_t *centers, float *mins, uint16_t *scales, uint8_t *codes, int ldc) {
+    float row[KVC_PK_MAX_DIM], mn;
+    uint16_t sc;
+    int centered = cfg->center && kvc_pk_centers(x, n, ld, dim, centers) > 0;
+    for (int t = 0; t < n; t++) {
+        const float *xt = x + (size_t)t * ld;
+        if (centered) {
+            for (int c = 0; c < dim; c++) row[c] = xt[c] - kvc_f16_to_f32(centers[c]);
+            xt = row;
+        }
+        kvc_pk_quantize(xt, dim, cfg->rel, mins ? &mins[t] : &mn, scales ? &scales[t] : &sc,
+                        codes + (size_t)t * ldc);
+    }
+    return centered;
+}
+
 /* ---- block layout ------------------------------------------------------------------ */
 
 typedef struct layout {
@@ -249,27 +266,18 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
     KVC_CHECK(n == 0 || b->n % b->block == 0, KVC_ERR_ARG,
               "packkv: cannot append after a ragged block (%d tokens, block %d)", b->n, b->block);
     if (n == 0) return KVC_OK;
-    /* scratch: mins [block], centered row [dim], scales [block], centers [dim],
-     * codes [block][dim] */
-    size_t per = (size_t)b->block + (size_t)b->dim; /* floats, then as many u16 */
-    float *mins = malloc((sizeof(float) + sizeof(uint16_t)) * per + (size_t)b->block * b->dim);
+    /* scratch: mins [block], scales [block], centers [dim], codes [block][dim] */
+    float *mins = malloc((sizeof(float) + sizeof(uint16_t) + (size_t)b->dim) * b->block +
+                         sizeof(uint16_t) * b->dim);
     if (!mins) return kvc_fail(KVC_ERR_NOMEM, "packkv: code scratch of %d x %d", b->block, b->dim);
-    float *row = mins + b->block;
-    uint16_t *scales = (uint16_t *)(mins + per), *centers = scales + b->block;
-    uint8_t *codes = (uint8_t *)(scales + per);
+    uint16_t *scales = (uint16_t *)(mins + b->block), *centers = scales + b->block;
+    uint8_t *codes = (uint8_t *)(centers + b->dim);
     kvc_status st = KVC_OK;
     for (int t0 = 0; t0 < n && st == KVC_OK; t0 += b->block) {
         int nb = n - t0 < b->block ? n - t0 : b->block;
-        const float *xb = x + (size_t)t0 * ld;
-        int has_centers = b->center && kvc_pk_centers(xb, nb, ld, b->dim, centers) > 0;
-        for (int t = 0; t < nb; t++) { /* codes first: the block's size depends on its widths */
-            const float *xt = xb + (size_t)t * ld;
-            if (has_centers) {
-                for (int c = 0; c < b->dim; c++) row[c] = xt[c] - kvc_f16_to_f32(centers[c]);
-                xt = row;
-            }
-            kvc_pk_quantize(xt, b->dim, cfg->rel, &mins[t], &scales[t], codes + (size_t)t * b->dim);
-        }
+        /* codes first: the block's size depends on its widths */
+        int has_centers = kvc_pk_quantize_block(cfg, x + (size_t)t0 * ld, nb, ld, b->dim, centers, mins,
+                                                scales, codes, b->dim);
         uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, has_centers, &residual);
         uint64_t at = b->n_blocks ? b->offs[b->n_blocks] : 0;
         st = reserve(b, b->n_blocks + 1, at + bytes);
@@ -372,12 +380,19 @@ static void decode_pk(const kvc_codec *c, const void *blob, int begin, int end, 
     }
 }
 
+/* The f16 centers of a block as floats. */
+static void centers_f32(const kvc_pk_block *v, float *out) {
+    for (int c = 0; c < v->dim; c++) out[c] = kvc_f16_to_f32(v->centers[c]);
+}
+
 /* Adds q_h . centers to the scores s[h*lds + j], j < n, of a centered block. */
 static void add_center_scores(const kvc_pk_block *v, const float *q, int ldq, int G, int n, float *s,
                               int lds) {
+    float cf[KVC_PK_MAX_DIM];
+    centers_f32(v, cf);
     for (int h = 0; h < G; h++) {
         float qc = 0.0f;
-        for (int c = 0; c < v->dim; c++) qc += q[(size_t)h * ldq + c] * kvc_f16_to_f32(v->centers[c]);
+        for (int c = 0; c < v->dim; c++) qc += q[(size_t)h * ldq + c] * cf[c];
         for (int j = 0; j < n; j++) s[(size_t)h * lds + j] += qc;
     }
 }
@@ -385,10 +400,12 @@ static void add_center_scores(const kvc_pk_block *v, const float *q, int ldq, in
 /* Adds center_c * sum_j p[h*ldp + j], j < n, to the outputs of a centered block. */
 static void add_center_outputs(const kvc_pk_block *v, const float *p, int ldp, int G, int n, float *o,
                                int ldo) {
+    float cf[KVC_PK_MAX_DIM];
+    centers_f32(v, cf);
     for (int h = 0; h < G; h++) {
         float sp = 0.0f;
         for (int j = 0; j < n; j++) sp += p[(size_t)h * ldp + j];
-        for (int c = 0; c < v->dim; c++) o[(size_t)h * ldo + c] += sp * kvc_f16_to_f32(v->centers[c]);
+        for (int c = 0; c < v->dim; c++) o[(size_t)h * ldo + c] += sp * cf[c];
     }
 }
 
@@ -415,8 +432,9 @@ static void pv_pk(const kvc_codec *c, const void *blob, const float *p, int G, i
 }
 
 /* Payload: the residual bytes. Meta: everything else (blob header, block
- * offsets and center flags, per-token mins and scales, channel centers, pack widths and mins, the padding of
- * blocks to 4 bytes, the over-read pad and unused capacity). */
+ * offsets and center flags, per-token mins and scales, channel centers, pack
+ * widths and mins, the padding of blocks to 4 bytes, the over-read pad and
+ * unused capacity). */
 static void bytes_pk(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     (void)c;
     const pkblob *b = blob;

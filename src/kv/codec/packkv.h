@@ -93,6 +93,14 @@ static inline int kvc_pk_width(unsigned r) { return r ? 32 - __builtin_clz(r) : 
  * Returns the number of nonzero centers. */
 int kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers);
 
+/* Quantizes n tokens (rows ld apart) as a codec with these parameters does
+ * one block: when cfg->center and the tokens have offset channels, centers
+ * gets them (kvc_pk_centers) and the tokens are quantized minus them. mins[n],
+ * scales[n] (either may be NULL) and codes (rows ldc apart) as
+ * kvc_pk_quantize gives them. Returns 1 if the tokens were centered. */
+int kvc_pk_quantize_block(const kvc_pk_cfg *cfg, const float *x, int n, int ld, int dim,
+                          uint16_t *centers, float *mins, uint16_t *scales, uint8_t *codes, int ldc);
+
 /* A view of one encoded block. */
 typedef struct kvc_pk_block {
     const float *mins;      /* [npad] */

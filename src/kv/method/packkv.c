@@ -11,15 +11,14 @@
  * `window + unit - 1` tokens. A unit is repacked as a whole (the larger block
  * size is a multiple of the smaller: a V block of 128 is two K blocks of 64
  * under the same permutation); the chunk's positions record the permutation
- * (none when repack=none). `center` subtracts each channel's block median
- * before the token-wise quantization (packkv.h: a bias channel of the keys
- * otherwise sets every token's range). As a base it stacks with +h2o
+ * (none when repack=none). `center` subtracts the block medians of offset
+ * channels before the token-wise quantization (packkv.h: a bias channel of
+ * the keys otherwise sets every token's range). As a base it stacks with +h2o
  * (eviction; compaction re-encodes decoded rows, which re-quantizes them). */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/f16.h"
 #include "base/status.h"
 #include "kv/codec/packkv.h"
 #include "kv/method/method.h"
@@ -108,29 +107,14 @@ static int packkv_hot_leave(void *state, kvc_stream *s, void *sstate) {
     return excess >= st->unit ? excess - excess % st->unit : 0;
 }
 
-/* The codes of n tokens (rows dim apart) as one codec would quantize them,
- * centered over the n tokens when it centers, into codes (rows ldc apart). */
-static void unit_codes(const kvc_pk_cfg *cfg, const float *x, int n, int dim, uint8_t *codes, int ldc) {
-    uint16_t centers[KVC_PK_MAX_DIM];
-    float row[KVC_PK_MAX_DIM], mn;
-    uint16_t sc;
-    if (cfg->center) kvc_pk_centers(x, n, dim, dim, centers);
-    for (int t = 0; t < n; t++) {
-        const float *xt = x + (size_t)t * dim;
-        if (cfg->center) {
-            for (int c = 0; c < dim; c++) row[c] = xt[c] - kvc_f16_to_f32(centers[c]);
-            xt = row;
-        }
-        kvc_pk_quantize(xt, dim, cfg->rel, &mn, &sc, codes + (size_t)t * ldc);
-    }
-}
-
-/* The permutation of the n tokens of one unit from their K and V codes. */
+/* The permutation of the n tokens of one unit from their K and V codes (each
+ * side centered over the whole unit when its codec centers). */
 static kvc_status unit_perm(const packkv_state *st, const float *k, const float *v, int n, int dim,
                             uint8_t *codes, int32_t *perm) {
     int d = 2 * dim;
-    unit_codes(&st->k, k, n, dim, codes, d);
-    unit_codes(&st->v, v, n, dim, codes + dim, d);
+    uint16_t centers[KVC_PK_MAX_DIM];
+    kvc_pk_quantize_block(&st->k, k, n, dim, dim, centers, NULL, NULL, codes, d);
+    kvc_pk_quantize_block(&st->v, v, n, dim, dim, centers, NULL, NULL, codes + dim, d);
     return kvc_pk_repack_perm((kvc_pk_repack)st->cfg.repack, codes, n, d, dim, st->cfg.pack, perm);
 }
 
