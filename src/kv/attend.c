@@ -145,29 +145,12 @@ static void acc_merge(float *acc, int G, int dim, const float *m2, const float *
     }
 }
 
-/* Maps transform group grp's accumulator gacc (m, l, o' in dim_v channels)
- * back to the original space and merges it into pacc: o = o'·Rvᵀ (+ l·mu_v
- * for a centered transform: every value of the group had mu_v taken off). */
-static void close_group(const req_state *r, int grp, int G, int d, float *gacc, float *tmp, float *pacc) {
-    const group *gr = &r->groups[grp];
-    gr->xf->ops->finish_out(gr->xf, gacc + 2 * G, G, gr->xf->dim_v, tmp, d);
-    if (gr->cv)
-        for (int g = 0; g < G; g++)
-            for (int j = 0; j < d; j++) tmp[(size_t)g * d + j] += gacc[G + g] * gr->cv[j];
-    acc_merge(pacc, G, d, gacc, gacc + G, tmp, d);
-}
-
-/* One item: qk (plus the group's score offsets bias[G], if any), mask,
- * online softmax update of acc (dimension dim), pv. */
+/* One item: qk, mask, online softmax update of acc (dimension dim), pv. */
 static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, const float *q,
-                     int ldq, const float *bias, int G, float *acc, int dim, float *s, float *sraw,
-                     int64_t nraw) {
+                     int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw) {
     int n = it->n;
     const kvc_range *r = rs + it->r0;
     kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, it->nr, s, TILE);
-    if (bias)
-        for (int g = 0; g < G; g++)
-            for (int j = 0; j < n; j++) s[(size_t)g * TILE + j] += bias[g];
     if (c->dead) {
         int j = 0;
         for (int i = 0; i < it->nr; i++)
@@ -217,7 +200,10 @@ static void run_part(void *ctx, int task, int thread) {
     for (int i = pt->item0; i < pt->item1; i++) {
         const item *it = &r->items[i];
         if (it->group != grp) {
-            if (grp >= 0) close_group(r, grp, G, d, gacc, t->tmp, pacc);
+            if (grp >= 0) { /* close the previous transform group */
+                r->groups[grp].xf->ops->finish_out(r->groups[grp].xf, gacc + 2 * G, G, dv, t->tmp, d);
+                acc_merge(pacc, G, d, gacc, gacc + G, t->tmp, d);
+            }
             grp = it->group;
             if (grp >= 0) {
                 dv = r->groups[grp].xf->dim_v;
@@ -232,12 +218,15 @@ static void run_part(void *ctx, int task, int thread) {
             kvc_codec_prefetch_ranges(&nc->vc, nc->vb, r->ranges + nx->r0, nx->nr);
         }
         if (grp >= 0)
-            run_item(c, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k,
-                     group_bias(r, grp), G, gacc, dv, t->s, sraw, r->n_tokens);
+            run_item(c, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k, G,
+                     gacc, dv, t->s, sraw, r->n_tokens);
         else
-            run_item(c, it, r->ranges, r->qs, d, NULL, G, pacc, d, t->s, sraw, r->n_tokens);
+            run_item(c, it, r->ranges, r->qs, d, G, pacc, d, t->s, sraw, r->n_tokens);
     }
-    if (grp >= 0) close_group(r, grp, G, d, gacc, t->tmp, pacc);
+    if (grp >= 0) {
+        r->groups[grp].xf->ops->finish_out(r->groups[grp].xf, gacc + 2 * G, G, dv, t->tmp, d);
+        acc_merge(pacc, G, d, gacc, gacc + G, t->tmp, d);
+    }
 }
 
 /* ---- driver ------------------------------------------------------------------- */

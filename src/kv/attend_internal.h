@@ -30,9 +30,7 @@ typedef struct item {
 
 typedef struct group {
     const kvc_xform *xf;
-    int q_off;        /* offset of q' [G][dim_k] in req_state.qt */
-    int b_off;        /* offset of the score offsets q·mu_k [G] in req_state.qt, -1: none */
-    const float *cv;  /* the value center [head_dim], or NULL */
+    int q_off;     /* offset of q' [G][dim_k] in req_state.qt */
 } group;
 
 typedef struct sel_cache {
@@ -118,17 +116,6 @@ static inline int grow_int(void *pp, int *cap, size_t n, size_t es) {
     int ok = grow(pp, &c, n, es);
     *cap = (int)c;
     return ok;
-}
-
-/* The score offsets q·mu_k [G] of transform group grp, or NULL (no center). */
-static inline const float *group_bias(const req_state *r, int grp) {
-    return r->groups[grp].b_off >= 0 ? r->qt + r->groups[grp].b_off : NULL;
-}
-
-static inline float dot_f32(const float *a, const float *b, int n) {
-    double s = 0.0;
-    for (int i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return (float)s;
 }
 
 /* Phase 1, planning (attend_plan.c): for every request the scaled query, the

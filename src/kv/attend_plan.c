@@ -176,20 +176,12 @@ static kvc_status plan_prep(kvc_attend_req *rq, req_state *r, const kvc_attend_o
             chunk_group[ci] = chunk_group[ci - 1];
             continue;
         }
-        const float *ck = xf->ops->center ? xf->ops->center(xf, 0) : NULL;
         if (!grow_int(&r->groups, &r->cap_groups, (size_t)r->n_groups + 1, sizeof(group)) ||
-            !grow(&r->qt, &r->qt_cap, qoff + (size_t)G * (xf->dim_k + 1), sizeof(float)))
+            !grow(&r->qt, &r->qt_cap, qoff + (size_t)G * xf->dim_k, sizeof(float)))
             return kvc_fail(KVC_ERR_NOMEM, "transform groups");
-        group *gr = &r->groups[r->n_groups];
-        *gr = (group){.xf = xf, .q_off = (int)qoff, .b_off = -1,
-                      .cv = xf->ops->center ? xf->ops->center(xf, 1) : NULL};
+        r->groups[r->n_groups] = (group){.xf = xf, .q_off = (int)qoff};
         xf->ops->prepare_q(xf, qs, G, d, r->qt + qoff, xf->dim_k);
         qoff += (size_t)G * xf->dim_k;
-        if (ck) { /* the segment's score offsets q·mu_k, in the original space */
-            gr->b_off = (int)qoff;
-            for (int g = 0; g < G; g++) r->qt[qoff + g] = dot_f32(qs + (size_t)g * d, ck, d);
-            qoff += (size_t)G;
-        }
         chunk_group[ci] = r->n_groups++;
     }
     if (rq->plan.budget < 0) return KVC_OK;
@@ -321,11 +313,10 @@ static void score_task_run(void *ctx, int task, int thread) {
         const kvc_chunk *c = pc->reqs[pc_->req].s->chunks[g->ci];
         int grp = r->chunk_group[g->ci];
         const float *q = grp >= 0 ? r->qt + r->groups[grp].q_off : r->qs;
-        const float *bias = grp >= 0 ? group_bias(r, grp) : NULL;
         int ldq = grp >= 0 ? r->groups[grp].xf->dim_k : pc->reqs[pc_->req].s->dim;
         float *out = r->uscore + g->off + pc_->u0;
-        if (pc_->u0 == 0 && pc_->u1 == g->n) c->sel.ops->score(c->sel.index, q, G, ldq, bias, out);
-        else c->sel.ops->score_range(c->sel.index, q, G, ldq, bias, pc_->u0, pc_->u1, out);
+        if (pc_->u0 == 0 && pc_->u1 == g->n) c->sel.ops->score(c->sel.index, q, G, ldq, out);
+        else c->sel.ops->score_range(c->sel.index, q, G, ldq, pc_->u0, pc_->u1, out);
         atomic_fetch_sub_explicit(&r->pending, 1, memory_order_release); /* the scores are written */
     }
     t->t = kvc_now_s() - t0;

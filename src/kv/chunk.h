@@ -14,10 +14,7 @@
  * prepare_q once per group of consecutive chunks sharing the transform
  * (q' = q·Rk), runs the codecs with q', accumulates o' (dim_v floats) for the
  * group with its own softmax state, and calls finish_out once (o = o'·Rvᵀ)
- * before merging the group's partial result. Never per token. A transform
- * may also center (K' = (K - mu_k)·Rk, V' likewise): then every score of the
- * group gets q·mu_k and the group's output l·mu_v (l its softmax mass), added
- * by the driver from the op `center`. */
+ * before merging the group's partial result. Never per token. */
 #ifndef KVC_KV_CHUNK_H
 #define KVC_KV_CHUNK_H
 
@@ -39,10 +36,6 @@ typedef struct kvc_xform_ops {
      * which = 0 keys (dim_k -> head_dim), 1 values (dim_v -> head_dim). */
     void (*restore)(const kvc_xform *x, int which, const float *xt, int n, int ldt, float *out,
                     int ld);
-    /* Optional: the center subtracted before the map (which = 0 keys, 1
-     * values; head_dim floats), or NULL. Chunk transforms only: the
-     * whole-stream path (kvc_stream.xf) maps queries and outputs without it. */
-    const float *(*center)(const kvc_xform *x, int which);
     /* Optional: maps n rows of the original space into the stored one (which =
      * 0 keys, 1 values); in and out may be the same rows. A transform with it
      * can be a whole stream's space (kvc_stream.xf: keys and values mapped as

@@ -102,8 +102,7 @@ static kvc_range pg_unit(const void *ix, int u) {
     return r;
 }
 static int pg_range_calls; /* score_range calls (the driver cut a chunk into pieces) */
-static void pg_score_range(const void *ix, const float *q, int g, int ldq, const float *bias, int u0, int u1,
-                           float *scores) {
+static void pg_score_range(const void *ix, const float *q, int g, int ldq, int u0, int u1, float *scores) {
     const pages *p = ix;
     assert_int_equal(u0 % KVC_SCORE_ALIGN, 0);
     assert_true(u1 > u0 && u1 <= pg_n_units(ix) && (u1 % KVC_SCORE_ALIGN == 0 || u1 == pg_n_units(ix)));
@@ -114,19 +113,17 @@ static void pg_score_range(const void *ix, const float *q, int g, int ldq, const
             for (int h = 0; h < g; h++) {
                 float a = 0;
                 for (int j = 0; j < p->dim; j++) a += q[h * ldq + j] * p->k[t * p->dim + j];
-                if (bias) a += bias[h];
                 if (a > best) best = a;
             }
         scores[u - u0] = best;
     }
 }
-static void pg_score_cut(const void *ix, const float *q, int g, int ldq, const float *bias, int u0, int u1,
-                         float *scores) {
+static void pg_score_cut(const void *ix, const float *q, int g, int ldq, int u0, int u1, float *scores) {
     __atomic_fetch_add(&pg_range_calls, 1, __ATOMIC_RELAXED);
-    pg_score_range(ix, q, g, ldq, bias, u0, u1, scores);
+    pg_score_range(ix, q, g, ldq, u0, u1, scores);
 }
-static void pg_score(const void *ix, const float *q, int g, int ldq, const float *bias, float *scores) {
-    pg_score_range(ix, q, g, ldq, bias, 0, pg_n_units(ix), scores);
+static void pg_score(const void *ix, const float *q, int g, int ldq, float *scores) {
+    pg_score_range(ix, q, g, ldq, 0, pg_n_units(ix), scores);
 }
 static uint64_t pg_bytes(const void *ix) { const pages *p = ix; return (uint64_t)p->n * p->dim * 4; }
 static void pg_free(void *ix) { pages *p = ix; free(p->k); free(p); }
@@ -348,7 +345,7 @@ static void test_selection_is_top(void **state) {
         }
         int nu = c->sel.ops->n_units(c->sel.index);
         float sc[64];
-        c->sel.ops->score(c->sel.index, qq, G, ld, NULL, sc);
+        c->sel.ops->score(c->sel.index, qq, G, ld, sc);
         for (int u = 0; u < nu; u++) {
             kvc_range r = c->sel.ops->unit(c->sel.index, u);
             int chosen = 0;

@@ -5,11 +5,8 @@
  * every token selected equals a double-precision reference over the decoded
  * two-D-compressed cache, and with stage-2 selection it equals the reference
  * over exactly the selected blocks plus the always-attended tokens; the
- * ablation switches run the same checks (and center=none); with centered
- * segments, stage-2 selection ranks blocks of different segments by their
- * true scores (the segments' offsets q·mu reach the selector); bytes count
- * rotations, bitmaps, block keys and the open-segment buffers; bad specs are
- * refused.
+ * ablation switches run the same checks; bytes count rotations, bitmaps,
+ * block keys and the open-segment buffers; bad specs are refused.
  *
  * Tolerance of the attention comparisons: 1e-4 relative (f32 rotations of the
  * query and output and f32 accumulation against double over restored rows). */
@@ -187,52 +184,10 @@ static void test_ablations(void **state) {
     kvc_cache_free(run_case("mosaic:segment=256,pervector=0,dynamic=0,tokens=1", 64, 600, 40, 1.0));
     kvc_cache_free(run_case("mosaic:segment=256,dynamic=0,tokens=1", 64, 600, 40, 1.0));
     kvc_cache_free(run_case("mosaic:segment=256,dynamic=0", 64, 600, 40, 0.1));
-    kvc_cache_free(run_case("mosaic:segment=256,center=none", 64, 600, 40, 0.1));
-    kvc_cache_free(run_case("mosaic:segment=256,center=k,tokens=1", 64, 600, 40, 1.0));
-    kvc_cache_free(run_case("mosaic:segment=256,center=v,pervector=0,dynamic=0,tokens=1", 64, 600, 40, 1.0));
     /* without truncation and everything kept the cache is exact up to f16 */
     kvc_cache *c = run_case("mosaic:segment=256,keep=1,trunc=0,dynamic=0,tokens=1", 64, 400, 40, 1.0);
     kvc_stream *s = kvc_cache_stream(c, 0, 0);
     assert_int_equal(s->chunks[0]->xf->dim_k, 64);
-    kvc_cache_free(c);
-}
-
-/* Two prompt segments whose keys differ by a large offset along u (+4u in
- * the first, -4u in the second) and are otherwise small noise; a query along
- * u scores every token of the first segment far above the second's. Each
- * segment is centered, so the offset lives only in its mu_k: the selection
- * (a tenth of the tokens) must take all its blocks from the first segment,
- * which it can only do if q·mu_k reaches the block scores. */
-static void test_centered_selection_follows_offsets(void **state) {
-    (void)state;
-    int d = 64, seg = 256, n = 2 * seg;
-    kvc_cache_shape shape = {.n_layers = 1, .n_heads = 1, .n_kv_heads = 1, .head_dim = d, .max_tokens = n + 8};
-    kvc_cache *c;
-    assert_int_equal(kvc_cache_create(&shape, "mosaic:segment=256,tokens=0.1,center=kv,async=0", NULL, &c), KVC_OK);
-    float *k = malloc(sizeof(float) * (size_t)(n + 1) * d), *v = malloc(sizeof(float) * (size_t)(n + 1) * d);
-    float u[64], q[64], out[64];
-    for (int i = 0; i < d; i++) u[i] = (i % 3 == 0 ? 1.0f : -0.5f) / sqrtf((float)d * 0.5f);
-    for (int t = 0; t <= n; t++)
-        for (int i = 0; i < d; i++) {
-            k[(size_t)t * d + i] = 0.3f * frand() + (t < seg ? 4.0f : -4.0f) * u[i];
-            v[(size_t)t * d + i] = frand();
-        }
-    assert_int_equal(kvc_cache_append_n(c, 0, n, k, v, NULL), KVC_OK);
-    assert_int_equal(kvc_cache_append(c, 0, k + (size_t)n * d, v + (size_t)n * d), KVC_OK);
-    kvc_stream *s = kvc_cache_stream(c, 0, 0);
-    assert_non_null(s->chunks[0]->xf->ops->center(s->chunks[0]->xf, 0));
-    for (int i = 0; i < d; i++) q[i] = 8.0f * u[i];
-    picked *pk = calloc(1, sizeof *pk);
-    kvc_attend_req rq = {.s = s, .q = q, .out = out, .plan = {.budget = 48}};
-    kvc_attend_opts o = {.G = 1, .on_select = on_select, .cb_ctx = pk};
-    assert_int_equal(kvc_attend(&rq, 1, &o, NULL, c->ws), KVC_OK);
-    assert_true(pk->n > 0);
-    for (int i = 0; i < pk->n; i++) {
-        const kvc_chunk *ch = s->chunks[pk->ci[i]];
-        if (ch->pos0 + pk->r[i].begin >= seg) fail_msg("unit %d of the second segment selected (position %lld)", i,
-                                                       (long long)(ch->pos0 + pk->r[i].begin));
-    }
-    free(pk), free(k), free(v);
     kvc_cache_free(c);
 }
 
@@ -282,7 +237,6 @@ static void test_bad_specs(void **state) {
     assert_int_equal(kvc_method_validate("mosaic:window=20"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("mosaic:tokens=1.5"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("mosaic:segment=8"), KVC_ERR_ARG);
-    assert_int_equal(kvc_method_validate("mosaic:center=q"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("mosaic:keep=0.25,tokens=0.1,segment=2048,group=2,block=8"), KVC_OK);
     kvc_cache_shape shape = {.n_layers = 1, .n_heads = 2, .n_kv_heads = 1, .head_dim = 30, .max_tokens = 64};
     kvc_cache *c = NULL;
@@ -296,7 +250,6 @@ int main(void) {
         cmocka_unit_test(test_attention_equals_reference),
         cmocka_unit_test(test_selection_equals_reference_over_selected),
         cmocka_unit_test(test_ablations),
-        cmocka_unit_test(test_centered_selection_follows_offsets),
         cmocka_unit_test(test_manager_swaps_segments),
         cmocka_unit_test(test_bad_specs),
     };

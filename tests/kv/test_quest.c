@@ -35,7 +35,7 @@ static void check_bounds(const kvc_minmax *x, const float *k, int d, const float
     float b[8];
     int nu = kvc_selector_minmax.n_units(x);
     float *sc = malloc(sizeof(float) * nu);
-    kvc_selector_minmax.score(x, q, G, d, NULL, sc);
+    kvc_selector_minmax.score(x, q, G, d, sc);
     for (int u = 0; u < nu; u++) {
         kvc_range r = kvc_selector_minmax.unit(x, u);
         kvc_minmax_bounds(x, u, q, G, d, b);
@@ -93,7 +93,7 @@ static void test_bound_random(void **state) {
             /* the score is the largest head bound */
             int nu = kvc_selector_minmax.n_units(x);
             float *sc = malloc(sizeof(float) * nu), b[G];
-            kvc_selector_minmax.score(x, q, G, D, NULL, sc);
+            kvc_selector_minmax.score(x, q, G, D, sc);
             for (int u = 0; u < nu; u++) {
                 kvc_minmax_bounds(x, u, q, G, D, b);
                 float m = b[0] > b[1] ? b[0] : b[1];
@@ -136,12 +136,12 @@ static void test_score_range(void **state) {
             for (int G = 1; G <= 8; G++) {
                 for (int i = 0; i < G * D; i++) q[i] = frand();
                 float *all = malloc(sizeof(float) * nu), *part = malloc(sizeof(float) * nu);
-                kvc_selector_minmax.score(x, q, G, D, NULL, all);
+                kvc_selector_minmax.score(x, q, G, D, all);
                 for (int u0 = 0; u0 < nu; u0 += KVC_SCORE_ALIGN)
                     for (int u1 = u0 + KVC_SCORE_ALIGN; ; u1 += KVC_SCORE_ALIGN) {
                         if (u1 > nu) u1 = nu;
                         memset(part, 0xff, sizeof(float) * nu);
-                        kvc_selector_minmax.score_range(x, q, G, D, NULL, u0, u1, part);
+                        kvc_selector_minmax.score_range(x, q, G, D, u0, u1, part);
                         if (memcmp(part, all + u0, sizeof(float) * (size_t)(u1 - u0)))
                             fail_msg("fmt %d, %d units, G %d: range [%d, %d) differs from score", fmt, nu, G, u0, u1);
                         for (int u = u1 - u0; u < nu; u++) /* nothing written past the range */
@@ -338,7 +338,7 @@ static void test_quest_attends_top_pages(void **state) {
         int nu = kvc_selector_minmax.n_units(ch->sel.index);
         float qs[GQ * HD], *sc = malloc(sizeof(float) * nu);
         for (int i = 0; i < GQ * HD; i++) qs[i] = q[h * GQ * HD + i] * scale;
-        kvc_selector_minmax.score(ch->sel.index, qs, GQ, HD, NULL, sc);
+        kvc_selector_minmax.score(ch->sel.index, qs, GQ, HD, sc);
         int64_t budget = (int64_t)ceil(0.05 * 1203) - s->hot->n;
         int take = (int)(budget / 16);
         uint8_t *pick = calloc((size_t)nu, 1);

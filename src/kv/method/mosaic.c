@@ -44,7 +44,6 @@
 typedef struct mosaic_cfg {
     float keep, tokens, trunc, loss, var, segloss;
     int segment, maxseg, window, group, block, rotate, pervector, dynamic, async;
-    int center; /* bit 0: keys centered, bit 1: values (none|k|v|kv) */
 } mosaic_cfg;
 
 #define P_FLOAT(k, f, d, lo, hi, h) \
@@ -69,9 +68,6 @@ static const kvc_param mosaic_params[] = {
     P_BOOL("pervector", pervector, "1", "per-vector top-r elements (0: one channel set per segment, dense)"),
     P_BOOL("dynamic", dynamic, "1", "per-segment rate, group and block choice (0: keep, group 1, block 8)"),
     P_BOOL("async", async, "1", "close decode segments on the manager thread (0: on the decode path)"),
-    {.key = "center", .type = KVC_PARAM_ENUM, .offset = offsetof(mosaic_cfg, center), .def = "kv",
-     .choices = "none|k|v|kv",
-     .help = "subtract each segment's mean key / value before the rotation: none, k, v, kv"},
 };
 
 static kvc_status mosaic_check(const void *cfgp) {
@@ -121,8 +117,7 @@ static kvc_status mosaic_create(const kvc_method_env *env, void **state) {
     st->dim = env->head_dim;
     st->opts = (kvc_mosaic_opts){.keep = c->keep, .trunc = c->trunc, .loss = c->loss, .var = c->var,
                                  .group = c->group, .block = c->block, .rotate = c->rotate,
-                                 .pervector = c->pervector, .dynamic = c->dynamic,
-                                 .center_k = (c->center & 1) != 0, .center_v = (c->center & 2) != 0};
+                                 .pervector = c->pervector, .dynamic = c->dynamic};
     if (c->async) {
         kvc_status r = kvc_mosaic_manager_start(&st->mgr);
         if (r != KVC_OK) {

@@ -33,17 +33,6 @@ static int keep_groups(double frac, int d, int dk, int g) {
     return kg;
 }
 
-/* Energy of x [d] as the transform stores it: minus its center, if any. */
-static double stored_energy(const kvc_xform *xf, int which, const float *x, int d) {
-    const float *m = xf->ops->center ? xf->ops->center(xf, which) : NULL;
-    double s = 0.0;
-    for (int c = 0; c < d; c++) {
-        double y = (double)x[c] - (m ? m[c] : 0.0f);
-        s += y * y;
-    }
-    return s;
-}
-
 /* Loss of cfg over the sampled rotated rows xt [ns][dk] whose original
  * energies are e[ns]: the fraction of the total energy not kept. */
 static double sample_loss(const float *xt, const double *e, int ns, int dk, const kvc_packed_cfg *cfg) {
@@ -76,7 +65,9 @@ static kvc_status choose_rate(const kvc_mosaic_opts *o, int d, const kvc_xform *
     for (int i = 0; i < ns; i++) { /* evenly spaced tokens of the segment */
         const float *src = x + (size_t)((int64_t)i * n / ns) * ld;
         memcpy(xs + (size_t)i * d, src, (size_t)d * sizeof *xs);
-        e[i] = stored_energy(xf, which, src, d);
+        double s = 0.0;
+        for (int c = 0; c < d; c++) s += (double)src[c] * src[c];
+        e[i] = s;
     }
     kvc_rotation_apply(xf, which, xs, ns, d, xt, dk);
     const double fracs[3] = {o->keep - 0.125, o->keep, o->keep + 0.125};
@@ -144,18 +135,14 @@ kvc_status kvc_mosaic_strategy_make(const kvc_mosaic_opts *o, int d, const kvc_c
     float *rk = malloc((size_t)d * d * sizeof *rk), *rv = malloc((size_t)d * d * sizeof *rv);
     kvc_status st = rk && rv ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "mosaic: bases %d x %d", d, d);
     if (st == KVC_OK && o->rotate) {
-        st = kvc_cov_eigen(ck, o->center_k, rk, NULL);
-        if (st == KVC_OK) st = kvc_cov_eigen(cv, o->center_v, rv, NULL);
+        st = kvc_cov_eigen(ck, rk, NULL);
+        if (st == KVC_OK) st = kvc_cov_eigen(cv, rv, NULL);
     } else if (st == KVC_OK) {
-        kvc_cov_channel_order(ck, o->center_k, rk);
-        kvc_cov_channel_order(cv, o->center_v, rv);
+        kvc_cov_channel_order(ck, rk);
+        kvc_cov_channel_order(cv, rv);
     }
     int dk = o->pervector ? truncated_dim(o->trunc, d) : keep_groups(o->keep, d, d, 1);
-    float mk[KVC_ROT_MAX_D], mv[KVC_ROT_MAX_D];
-    kvc_cov_mean(ck, mk);
-    kvc_cov_mean(cv, mv);
-    if (st == KVC_OK)
-        st = kvc_rotation_create(d, rk, dk, rv, dk, o->center_k ? mk : NULL, o->center_v ? mv : NULL, &out->xf);
+    if (st == KVC_OK) st = kvc_rotation_create(d, rk, dk, rv, dk, &out->xf);
     free(rk);
     free(rv);
     if (st == KVC_OK && o->pervector) {
@@ -232,7 +219,8 @@ double kvc_mosaic_vector_loss(const kvc_mosaic_strategy *s, int which, const flo
     int d = xf->dim_in, dk = which ? xf->dim_v : xf->dim_k;
     float xt[KVC_PACKED_MAX_D];
     uint32_t bits[KVC_PACKED_MAX_D / 32];
-    double e = stored_energy(xf, which, x, d), kept = 0.0;
+    double e = 0.0, kept = 0.0;
+    for (int c = 0; c < d; c++) e += (double)x[c] * x[c];
     if (e <= 0.0) return 0.0;
     kvc_rotation_apply(xf, which, x, 1, d, xt, dk);
     const kvc_packed_cfg *cfg = which ? &s->vcfg : &s->kcfg;

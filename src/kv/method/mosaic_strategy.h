@@ -22,7 +22,6 @@ typedef struct kvc_mosaic_opts {
     int rotate;    /* 0: no rotation (channels ordered by energy) */
     int pervector; /* 0: one channel set per segment (uniform top-r, stored dense) */
     int dynamic;   /* 0: fixed rate = keep, group 1 (or fixed), block 8 (or fixed) */
-    int center_k, center_v; /* subtract the segment's mean key / value (rotation.h) */
 } kvc_mosaic_opts;
 
 typedef struct kvc_mosaic_strategy {

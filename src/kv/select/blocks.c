@@ -60,7 +60,7 @@ static kvc_range bl_unit(const void *index, int u) {
     return (kvc_range){b, e};
 }
 
-static void bl_score(const void *index, const float *q, int G, int ldq, const float *bias, float *scores) {
+static void bl_score(const void *index, const float *q, int G, int ldq, float *scores) {
     const blocks_index *ix = index;
     float tmp[KVC_PACKED_MAX_G * SCORE_TILE];
     for (int b0 = 0; b0 < ix->nb; b0 += SCORE_TILE) {
@@ -69,9 +69,6 @@ static void bl_score(const void *index, const float *q, int G, int ldq, const fl
         for (int h0 = 0; h0 < G; h0 += KVC_PACKED_MAX_G) {
             int gb = G - h0 < KVC_PACKED_MAX_G ? G - h0 : KVC_PACKED_MAX_G;
             kvc_packed_k.qk(&v, nt, q + (size_t)h0 * ldq, gb, ldq, tmp, SCORE_TILE);
-            if (bias)
-                for (int h = 0; h < gb; h++)
-                    for (int u = 0; u < nt; u++) tmp[(size_t)h * SCORE_TILE + u] += bias[h0 + h];
             for (int u = 0; u < nt; u++) {
                 float best = h0 ? scores[b0 + u] : tmp[u];
                 for (int h = 0; h < gb; h++)

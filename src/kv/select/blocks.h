@@ -3,9 +3,8 @@
  * each block is represented by the mean of its keys in the chunk's stored
  * space (rotated, channel-truncated), channel-compressed like the keys
  * themselves (packed_f16, packed.h). A block's score for the G query heads of
- * a group is the largest q'_h · mean + bias_h over the heads (a block one
- * head needs is kept; bias_h = q_h·mu_k when the chunk's transform centers,
- * chunk.h), computed by the packed q·k kernel on the packed block keys. */
+ * a group is the largest q'_h · mean over the heads (a block one head needs
+ * is kept), computed by the packed q·k kernel on the packed block keys. */
 #ifndef KVC_KV_SELECT_BLOCKS_H
 #define KVC_KV_SELECT_BLOCKS_H
 

@@ -157,32 +157,28 @@ static kvc_range mm_unit(const void *index, int u) {
 
 static const int32_t *mm_ends(const void *index) { return ((const kvc_minmax *)index)->end; }
 
-/* Per unit, the best head's bound (plus its bias) one head at a time (no
- * memory for the split query of all heads; the path of biased scores). */
-static void score_per_head(const kvc_minmax *x, const float *q, int G, int ldq, const float *bias, int u0,
-                           int u1, float *scores) {
+/* Per unit, the best head's bound one head at a time (no memory for the
+ * split query of all heads). */
+static void score_per_head(const kvc_minmax *x, const float *q, int G, int ldq, int u0, int u1, float *scores) {
     float b;
     for (int u = u0; u < u1; u++)
         for (int g = 0; g < G; g++) {
             kvc_minmax_bounds(x, u, q + (size_t)g * ldq, 1, ldq, &b);
-            if (bias) b += bias[g];
             if (g == 0 || b > scores[u - u0]) scores[u - u0] = b;
         }
 }
 
 /* The split query [G][q⁺ | q⁻] and one call of the block kernel over units
  * [u0, u1) (u0 a multiple of 16: a block boundary). */
-static void mm_score_range(const void *index, const float *q, int G, int ldq, const float *bias, int u0, int u1,
-                           float *scores) {
+static void mm_score_range(const void *index, const float *q, int G, int ldq, int u0, int u1, float *scores) {
     const kvc_minmax *x = index;
     int d = x->dim;
     if (G < 1 || u1 <= u0) return;
     float stack[QPM_STACK];
     size_t need = (size_t)G * 2 * d;
-    float *qpm = bias || need > QPM_STACK ? NULL : stack;
-    if (!bias && !qpm) qpm = malloc(need * sizeof *qpm);
+    float *qpm = need <= QPM_STACK ? stack : malloc(need * sizeof *qpm);
     if (!qpm) {
-        score_per_head(x, q, G, ldq, bias, u0, u1, scores);
+        score_per_head(x, q, G, ldq, u0, u1, scores);
         return;
     }
     for (int g = 0; g < G; g++)
@@ -209,8 +205,8 @@ static void mm_score_range(const void *index, const float *q, int G, int ldq, co
     if (qpm != stack) free(qpm);
 }
 
-static void mm_score(const void *index, const float *q, int G, int ldq, const float *bias, float *scores) {
-    mm_score_range(index, q, G, ldq, bias, 0, ((const kvc_minmax *)index)->n, scores);
+static void mm_score(const void *index, const float *q, int G, int ldq, float *scores) {
+    mm_score_range(index, q, G, ldq, 0, ((const kvc_minmax *)index)->n, scores);
 }
 
 static uint64_t mm_bytes(const void *index) {

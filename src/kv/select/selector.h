@@ -34,16 +34,13 @@ typedef struct kvc_selector_ops {
 
     /* One score per unit for the G queries q [G][ldq] (the selector chooses
      * how to combine the heads of the group, e.g. max or sum of per-head
-     * upper bounds): scores[u], u < n_units. Higher = more important. bias
-     * (NULL: none) is added to head g's scores before the heads are combined:
-     * a centering transform's q·mu (chunk.h). */
-    void (*score)(const void *index, const float *q, int G, int ldq, const float *bias, float *scores);
+     * upper bounds): scores[u], u < n_units. Higher = more important. */
+    void (*score)(const void *index, const float *q, int G, int ldq, float *scores);
     /* Optional: the same for units [u0, u1) only, into scores[0 .. u1 - u0),
      * with u0 a multiple of KVC_SCORE_ALIGN and u1 one too or n_units; the
      * driver cuts a large index into such ranges to spread the scoring of all
      * streams over the threads evenly. Gives the same scores as score. */
-    void (*score_range)(const void *index, const float *q, int G, int ldq, const float *bias, int u0, int u1,
-                        float *scores);
+    void (*score_range)(const void *index, const float *q, int G, int ldq, int u0, int u1, float *scores);
 
     /* Bytes of the index (counted as index_bytes in the stats). */
     uint64_t (*bytes)(const void *index);

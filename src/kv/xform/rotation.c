@@ -24,43 +24,17 @@ kvc_status kvc_cov_init(kvc_cov *c, int d) {
     c->d = d;
     c->n = 0;
     c->s = calloc((size_t)d * d, sizeof *c->s);
-    c->m = calloc((size_t)d, sizeof *c->m);
-    if (c->s && c->m) return KVC_OK;
-    kvc_cov_free(c);
-    return kvc_fail(KVC_ERR_NOMEM, "covariance %d x %d", d, d);
+    return c->s ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "covariance %d x %d", d, d);
 }
 
 void kvc_cov_free(kvc_cov *c) {
     free(c->s);
-    free(c->m);
     c->s = NULL;
-    c->m = NULL;
 }
 
 void kvc_cov_reset(kvc_cov *c) {
     memset(c->s, 0, (size_t)c->d * c->d * sizeof *c->s);
-    memset(c->m, 0, (size_t)c->d * sizeof *c->m);
     c->n = 0;
-}
-
-void kvc_cov_mean(const kvc_cov *c, float *mu) {
-    for (int i = 0; i < c->d; i++) mu[i] = c->n > 0 ? (float)(c->m[i] / (double)c->n) : 0.0f;
-}
-
-/* Adds the rows to the running sum. */
-static void sum_add(kvc_cov *c, const float *x, int n, int ld) {
-    for (int t = 0; t < n; t++)
-        for (int i = 0; i < c->d; i++) c->m[i] += x[(size_t)t * ld + i];
-}
-
-/* The accumulated matrix in a (upper triangle, row-major), centered if asked:
- * Σ x xᵀ - (Σ x)(Σ x)ᵀ / n. */
-static void cov_matrix(const kvc_cov *c, int centered, double *a) {
-    int d = c->d;
-    memcpy(a, c->s, (size_t)d * d * sizeof *a);
-    if (!centered || c->n <= 0) return;
-    for (int i = 0; i < d; i++)
-        for (int j = i; j < d; j++) a[(size_t)i * d + j] -= c->m[i] * c->m[j] / (double)c->n;
 }
 
 enum { SYRK_ROWS = 256 }; /* rows widened to double per BLAS call */
@@ -85,7 +59,6 @@ static int cov_add_blas(kvc_cov *c, const float *x, int n, int ld) {
 void kvc_cov_add(kvc_cov *c, const float *x, int n, int ld) {
     int d = c->d;
     double xd[KVC_ROT_MAX_D];
-    sum_add(c, x, n, ld);
     if (n >= 8 && cov_add_blas(c, x, n, ld)) {
         c->n += n;
         return;
@@ -102,7 +75,7 @@ void kvc_cov_add(kvc_cov *c, const float *x, int n, int ld) {
     c->n += n;
 }
 
-kvc_status kvc_cov_eigen(const kvc_cov *c, int centered, float *rot, double *eval) {
+kvc_status kvc_cov_eigen(const kvc_cov *c, float *rot, double *eval) {
     int d = c->d;
     /* row-major upper triangle = column-major lower triangle: uplo "L" */
     double *a = malloc((size_t)d * d * sizeof *a), *z = malloc((size_t)d * d * sizeof *z);
@@ -114,7 +87,7 @@ kvc_status kvc_cov_eigen(const kvc_cov *c, int centered, float *rot, double *eva
     kvc_status st = KVC_OK;
     if (!a || !z || !w || !isuppz) st = kvc_fail(KVC_ERR_NOMEM, "eigendecomposition %d x %d", d, d);
     if (st == KVC_OK) {
-        cov_matrix(c, centered, a);
+        memcpy(a, c->s, (size_t)d * d * sizeof *a);
         dsyevr_("V", "A", "L", &d, a, &d, &vl, &vu, &il, &iu, &abstol, &m, w, z, &d, isuppz, &wq,
                 &lwork, &iq, &liwork, &info);
         lwork = (int)wq;
@@ -141,18 +114,14 @@ kvc_status kvc_cov_eigen(const kvc_cov *c, int centered, float *rot, double *eva
     return st;
 }
 
-void kvc_cov_channel_order(const kvc_cov *c, int centered, float *rot) {
+void kvc_cov_channel_order(const kvc_cov *c, float *rot) {
     int d = c->d;
     int order[KVC_ROT_MAX_D];
-    double e[KVC_ROT_MAX_D];
-    for (int i = 0; i < d; i++) {
-        order[i] = i;
-        e[i] = c->s[(size_t)i * d + i];
-        if (centered && c->n > 0) e[i] -= c->m[i] * c->m[i] / (double)c->n;
-    }
+    for (int i = 0; i < d; i++) order[i] = i;
     for (int i = 1; i < d; i++) { /* insertion sort by decreasing energy, stable */
         int x = order[i], j = i;
-        while (j > 0 && e[order[j - 1]] < e[x]) order[j] = order[j - 1], j--;
+        double e = c->s[(size_t)x * d + x];
+        while (j > 0 && c->s[(size_t)order[j - 1] * d + order[j - 1]] < e) order[j] = order[j - 1], j--;
         order[j] = x;
     }
     memset(rot, 0, (size_t)d * d * sizeof *rot);
@@ -168,8 +137,6 @@ void kvc_cov_channel_order(const kvc_cov *c, int centered, float *rot) {
 typedef struct rot_state {
     float *rk;  /* [d][dim_k]: columns = kept key basis vectors */
     float *rvt; /* [dim_v][d]: rows = kept value basis vectors */
-    float *mk, *mv;   /* [d] centers, or NULL */
-    float *mkr, *mvr; /* the centers rotated: mk·rk [dim_k], mv·rv [dim_v] */
 } rot_state;
 
 /* y [n][ldy] = x [n][ldx] · op(m), m row-major with leading dimension ldm. */
@@ -189,47 +156,26 @@ static void rot_finish_out(const kvc_xform *x, const float *ot, int G, int ldt, 
     kvc_rowmat(ot, G, ldt, r->rvt, x->dim_v, x->dim_in, x->dim_in, out, ldo);
 }
 
-/* Adds (sign +1) or subtracts (-1) vector m [cols] from n rows y [n][ldy]. */
-static void rows_add(float *y, int n, int ldy, const float *m, int cols, float sign) {
-    if (!m) return;
-    for (int t = 0; t < n; t++)
-        for (int j = 0; j < cols; j++) y[(size_t)t * ldy + j] += sign * m[j];
-}
-
 static void rot_restore(const kvc_xform *x, int which, const float *xt, int n, int ldt, float *out,
                         int ld) {
     const rot_state *r = x->state;
     if (n <= 0) return;
     if (which) matmul(xt, n, ldt, 0, r->rvt, x->dim_in, x->dim_v, x->dim_in, out, ld);
     else matmul(xt, n, ldt, 1, r->rk, x->dim_k, x->dim_k, x->dim_in, out, ld);
-    rows_add(out, n, ld, which ? r->mv : r->mk, x->dim_in, 1.0f);
-}
-
-static const float *rot_center(const kvc_xform *x, int which) {
-    const rot_state *r = x->state;
-    return which ? r->mv : r->mk;
 }
 
 static uint64_t rot_bytes(const kvc_xform *x) {
-    const rot_state *r = x->state;
-    uint64_t centers = (r->mk ? (uint64_t)x->dim_in + x->dim_k : 0) + (r->mv ? (uint64_t)x->dim_in + x->dim_v : 0);
     return sizeof *x + sizeof(rot_state) +
-           ((uint64_t)x->dim_in * (uint64_t)(x->dim_k + x->dim_v) + centers) * sizeof(float);
-}
-
-static void rot_state_free(rot_state *r) {
-    if (!r) return;
-    free(r->rk);
-    free(r->rvt);
-    free(r->mk);
-    free(r->mv);
-    free(r->mkr);
-    free(r->mvr);
-    free(r);
+           (uint64_t)x->dim_in * (uint64_t)(x->dim_k + x->dim_v) * sizeof(float);
 }
 
 static void rot_free(kvc_xform *x) {
-    rot_state_free(x->state);
+    rot_state *r = x->state;
+    if (r) {
+        free(r->rk);
+        free(r->rvt);
+        free(r);
+    }
     free(x);
 }
 
@@ -238,7 +184,6 @@ static const kvc_xform_ops rotation_ops = {
     .prepare_q = rot_prepare_q,
     .finish_out = rot_finish_out,
     .restore = rot_restore,
-    .center = rot_center,
     .bytes = rot_bytes,
     .free = rot_free,
 };
@@ -255,25 +200,8 @@ static float *leading_columns(const float *basis, int d, int cols, int transpose
     return m;
 }
 
-/* A copy of center m [d] and its image m·basis in the first cols columns
- * ([cols]); both NULL for no center. 0 if memory ran out. */
-static int center_copy(const float *m, const float *basis, int d, int cols, float **mc, float **mr) {
-    *mc = *mr = NULL;
-    if (!m) return 1;
-    *mc = malloc((size_t)d * sizeof **mc);
-    *mr = malloc((size_t)cols * sizeof **mr);
-    if (!*mc || !*mr) return 0;
-    memcpy(*mc, m, (size_t)d * sizeof **mc);
-    for (int j = 0; j < cols; j++) {
-        double s = 0.0;
-        for (int i = 0; i < d; i++) s += (double)m[i] * basis[(size_t)i * d + j];
-        (*mr)[j] = (float)s;
-    }
-    return 1;
-}
-
 kvc_status kvc_rotation_create(int d, const float *rk, int dim_k, const float *rv, int dim_v,
-                               const float *mk, const float *mv, kvc_xform **out) {
+                               kvc_xform **out) {
     *out = NULL;
     KVC_CHECK(d >= 1 && d <= KVC_ROT_MAX_D, KVC_ERR_ARG, "rotation: head_dim %d outside [1, %d]", d,
               KVC_ROT_MAX_D);
@@ -281,15 +209,13 @@ kvc_status kvc_rotation_create(int d, const float *rk, int dim_k, const float *r
               "rotation: kept channels k %d, v %d outside [1, %d]", dim_k, dim_v, d);
     kvc_xform *x = calloc(1, sizeof *x);
     rot_state *r = calloc(1, sizeof *r);
-    int ok = x && r;
-    if (ok) {
+    if (x && r) {
         r->rk = leading_columns(rk, d, dim_k, 0);
         r->rvt = leading_columns(rv, d, dim_v, 1);
-        ok = r->rk && r->rvt && center_copy(mk, rk, d, dim_k, &r->mk, &r->mkr) &&
-             center_copy(mv, rv, d, dim_v, &r->mv, &r->mvr);
     }
-    if (!ok) {
-        rot_state_free(r);
+    if (!x || !r || !r->rk || !r->rvt) {
+        if (r) { free(r->rk); free(r->rvt); }
+        free(r);
         free(x);
         return kvc_fail(KVC_ERR_NOMEM, "rotation %d x (%d + %d)", d, dim_k, dim_v);
     }
@@ -307,12 +233,6 @@ void kvc_rotation_apply(const kvc_xform *x, int which, const float *xin, int n, 
                         int ldt) {
     const rot_state *r = x->state;
     if (n <= 0) return;
-    /* (x - m)·R = x·R - m·R: the rotated center once, not a centered copy */
-    if (which) {
-        matmul(xin, n, ldx, 1, r->rvt, x->dim_in, x->dim_in, x->dim_v, xt, ldt);
-        rows_add(xt, n, ldt, r->mvr, x->dim_v, -1.0f);
-    } else {
-        matmul(xin, n, ldx, 0, r->rk, x->dim_k, x->dim_in, x->dim_k, xt, ldt);
-        rows_add(xt, n, ldt, r->mkr, x->dim_k, -1.0f);
-    }
+    if (which) matmul(xin, n, ldx, 1, r->rvt, x->dim_in, x->dim_in, x->dim_v, xt, ldt);
+    else matmul(xin, n, ldx, 0, r->rk, x->dim_k, x->dim_in, x->dim_k, xt, ldt);
 }

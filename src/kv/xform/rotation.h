@@ -9,14 +9,6 @@
  * per token (kvc_cov_add), so a segment's strategy is ready the moment the
  * segment ends (§5.5); the eigendecomposition is LAPACK's dsyevr.
  *
- * Centered (optional, per side): the basis is taken from the covariance
- * (K - mu)ᵀ(K - mu) and the stored rows are (K - mu)·Rk, mu the segment's mean
- * key (value). A constant offset (Qwen2's key and value biases) then costs no
- * kept channel: it is one vector per segment, and what it adds to every
- * score of the segment, q·mu, is the transform's score offset (the op
- * `center`: the driver adds q·mu_k to the segment's scores and l·mu_v to its
- * output, l its softmax mass), exact whatever is truncated.
- *
  * With the columns orthonormal, q'·k' = q·Rk·Rkᵀ·k equals q·k when nothing is
  * truncated; with truncation it is q·P·k with P the projection onto the kept
  * channels. The driver maps each query once per segment (prepare_q) and each
@@ -31,12 +23,11 @@
 /* Largest head size a rotation accepts (d×d doubles per accumulator). */
 #define KVC_ROT_MAX_D 512
 
-/* Running second moment Σ x xᵀ and sum Σ x of d-vectors (double). */
+/* Running second moment Σ x xᵀ of d-vectors (upper triangle, double). */
 typedef struct kvc_cov {
     int d;
     int64_t n;  /* vectors added */
     double *s;  /* [d][d], entries (i, j) with j >= i are maintained */
-    double *m;  /* [d]: the sum of the vectors */
 } kvc_cov;
 
 kvc_status kvc_cov_init(kvc_cov *c, int d);
@@ -45,31 +36,25 @@ void kvc_cov_reset(kvc_cov *c);
 /* Adds n vectors x [n][ld] (the first d floats of each row). */
 void kvc_cov_add(kvc_cov *c, const float *x, int n, int ld);
 
-/* The mean of the vectors added (zeros before any). */
-void kvc_cov_mean(const kvc_cov *c, float *mu);
-
-/* Eigenvectors of the accumulated matrix (centered: of Σ (x - mean)(x -
- * mean)ᵀ) by decreasing eigenvalue: column j of the returned basis is
- * rot[i * d + j] (rot is [d][d] row-major, so x·rot rotates a row vector x);
- * eval[j] the eigenvalues (>= 0 up to rounding). LAPACK dsyevr;
- * KVC_ERR_INTERNAL if it fails to converge. */
-kvc_status kvc_cov_eigen(const kvc_cov *c, int centered, float *rot, double *eval);
+/* Eigenvectors of the accumulated matrix by decreasing eigenvalue: column j
+ * of the returned basis is rot[i * d + j] (rot is [d][d] row-major, so x·rot
+ * rotates a row vector x); eval[j] the eigenvalues (>= 0 up to rounding).
+ * LAPACK dsyevr; KVC_ERR_INTERNAL if it fails to converge. */
+kvc_status kvc_cov_eigen(const kvc_cov *c, float *rot, double *eval);
 
 /* Basis of the ablation without rotation: the identity with its columns
- * ordered by decreasing diagonal of the accumulated matrix (channel energy;
- * centered: channel variance), so truncation drops the weakest original
- * channels. */
-void kvc_cov_channel_order(const kvc_cov *c, int centered, float *rot);
+ * ordered by decreasing diagonal of the accumulated matrix (channel energy),
+ * so truncation drops the weakest original channels. */
+void kvc_cov_channel_order(const kvc_cov *c, float *rot);
 
 /* A transform from two bases rk, rv [d][d] (as kvc_cov_eigen returns them)
- * keeping their first dim_k and dim_v columns, with the centers mk, mv [d]
- * (NULL: that side is not centered). One reference held by *out. */
+ * keeping their first dim_k and dim_v columns. One reference held by *out. */
 kvc_status kvc_rotation_create(int d, const float *rk, int dim_k, const float *rv, int dim_v,
-                               const float *mk, const float *mv, kvc_xform **out);
+                               kvc_xform **out);
 
-/* x' = (x - center)·R for n rows x [n][ldx] (d floats) -> xt [n][ldt] (dim
- * floats) with the transform's key (which = 0) or value (1) basis and center:
- * how a method rotates a segment before encoding it. */
+/* x' = x·R for n rows x [n][ldx] (d floats) -> xt [n][ldt] (dim floats) with
+ * the transform's key (which = 0) or value (1) basis: how a method rotates a
+ * segment before encoding it. */
 void kvc_rotation_apply(const kvc_xform *x, int which, const float *xin, int n, int ldx, float *xt,
                         int ldt);
 
