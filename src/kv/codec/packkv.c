@@ -117,13 +117,15 @@ int kvc_pk_centers(const float *x, int n, int ld, int dim, uint16_t *centers) {
 
 int kvc_pk_quantize_block(const kvc_pk_cfg *cfg, const float *x, int n, int ld, int dim,
                           uint16_t *centers, float *mins, uint16_t *scales, uint8_t *codes, int ldc) {
-    float row[KVC_PK_MAX_DIM], mn;
+    float row[KVC_PK_MAX_DIM], cf[KVC_PK_MAX_DIM], mn;
     uint16_t sc;
     int centered = cfg->center && kvc_pk_centers(x, n, ld, dim, centers) > 0;
+    if (centered) /* the centers as floats once, not once per token */
+        for (int c = 0; c < dim; c++) cf[c] = kvc_f16_to_f32(centers[c]);
     for (int t = 0; t < n; t++) {
         const float *xt = x + (size_t)t * ld;
         if (centered) {
-            for (int c = 0; c < dim; c++) row[c] = xt[c] - kvc_f16_to_f32(centers[c]);
+            for (int c = 0; c < dim; c++) row[c] = xt[c] - cf[c];
             xt = row;
         }
         kvc_pk_quantize(xt, dim, cfg->rel, mins ? &mins[t] : &mn, scales ? &scales[t] : &sc,
