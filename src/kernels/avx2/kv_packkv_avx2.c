@@ -100,7 +100,7 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
     float qsum[4];
     #pragma GCC unroll 8
     for (int h = 0; h < NH; h++) qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
-    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0 * dim);
+    const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0 * dim);
     for (int p = p0; p < p1; p++) {
         const int item0 = p * dim;
         __m256 acc[4][2];
@@ -137,6 +137,10 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
 
 static void qk_avx2(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
                     int lds) {
+    if (b->group != 1) { /* grouped keys: no AVX2 byte decoder yet, the scalar reference */
+        kvc_pk_ref.qk(b, q, ldq, G, j0, j1, s, lds);
+        return;
+    }
     for (int h0 = 0; h0 < G; h0 += 4) {
         const float *qh = q + (size_t)h0 * ldq;
         float *sh = s + (size_t)h0 * lds;
@@ -189,7 +193,7 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
         }
         mterm[h] = hsum8(mt);
     }
-    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0);
+    const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0);
     for (int c = 0; c < dim; c++) {
         __m256 acc[4];
         float pm[4];

@@ -6,6 +6,18 @@
  * vpsrlvd by (t*w) mod 8 and a mask of w bits. The residual bytes never go
  * back to memory.
  *
+ * qk on grouped keys (kgroup=4: one width per pack and 4 channels, residuals
+ * token-major, packkv.h), integer: the query of each head is rounded to 15
+ * bits once per call (qs = max |q_c| / 16383) and split into two s8 planes;
+ * per unit of 16 tokens x 4 channels, one 64-byte load, vpermb (qword k <- the
+ * w bytes from k*w), vpmultishiftqb (byte i <- bits i*w..), a mask and the
+ * four channels' pmins added give the u8 codes in the dword lanes of the 16
+ * tokens, and two vpdpbusd per head take them against the head's four
+ * channels of each plane. The query rounding moves a score by at most qs/2
+ * sum_c code_tc s_t (the tests' bound). (An int8 query, one vpdpbusd per
+ * head, moved attention outputs by 0.2% on the tests' data: too far from the
+ * decoded cache's attention.)
+ *
  * qk (key blocks, pack-major), float: per pack, tokens in lanes; per channel
  * one unpack, one cvt and one FMA per head against the broadcast q_c; the
  * pack's sum_c q_c pmin_c and the per-token scale and min are applied once
@@ -38,6 +50,9 @@ static uint32_t mask16[9][16] __attribute__((aligned(64)));
 static uint8_t shuf_w[9][32] __attribute__((aligned(32)));  /* 16 tokens in 16-bit lanes */
 static uint16_t shift_w[9][16] __attribute__((aligned(32)));
 static uint16_t mask_w[9][16] __attribute__((aligned(32)));
+static uint8_t gperm[9][64] __attribute__((aligned(64)));  /* grouped units: qword k <- bytes k*w.. */
+static uint8_t gshift[9][64] __attribute__((aligned(64))); /* byte i of a qword <- bits i*w.. */
+static uint8_t gmask[9][64] __attribute__((aligned(64)));
 static kvc_pk_kernels narrow; /* the kernels for packs of 8 */
 
 enum { IBLOCK = 256 }; /* longest blocks with exact int32 sums in p.v */
@@ -58,6 +73,12 @@ static void build_tables(void) {
             shuf_w[w][wat + 1] = w && byte + 1 < 16 ? (uint8_t)(byte + 1) : 0x80;
             shift_w[w][t] = (uint16_t)(t * w % 8);
             mask_w[w][t] = (uint16_t)((1u << w) - 1);
+        }
+    for (int w = 0; w <= 8; w++)
+        for (int k = 0; k < 64; k++) {
+            gperm[w][k] = (uint8_t)(k / 8 * w + k % 8);
+            gshift[w][k] = (uint8_t)(k % 8 * w);
+            gmask[w][k] = (uint8_t)((1u << w) - 1);
         }
 }
 
@@ -116,6 +137,113 @@ static float sum_f32(const float *x, int n) {
     return _mm512_reduce_add_ps(acc);
 }
 
+/* ---- qk, grouped keys ---------------------------------------------------------- */
+
+/* q (dim floats, dim a multiple of 4) as 15-bit integers Q_c = round(q_c /
+ * qs), qs = max |q_c| / 16383, split Q = 128 hi + lo with lo in 0..127 and hi
+ * in -128..127 (both valid s8 operands of vpdpbusd), four channels per dword
+ * of lo / hi; returns qs (0 for a zero or non-finite query). */
+static float fixed_query(const float *q, int dim, int32_t *lo, int32_t *hi) {
+    __m512 mx = _mm512_setzero_ps();
+    for (int c = 0; c < dim; c += 16) {
+        __mmask16 k = dim - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - c)) - 1);
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_maskz_loadu_ps(k, q + c)));
+    }
+    float m = _mm512_reduce_max_ps(mx);
+    if (!(m > 0.0f) || !isfinite(m)) {
+        memset(lo, 0, (size_t)dim);
+        memset(hi, 0, (size_t)dim);
+        return 0.0f;
+    }
+    __m512 inv = _mm512_set1_ps(16383.0f / m);
+    for (int c = 0; c < dim; c += 16) {
+        __mmask16 k = dim - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - c)) - 1);
+        __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, q + c), inv));
+        __m512i l = _mm512_and_si512(qi, _mm512_set1_epi32(127));
+        _mm_mask_storeu_epi8((uint8_t *)lo + c, k, _mm512_cvtepi32_epi8(l));
+        _mm_mask_storeu_epi8((uint8_t *)hi + c, k, _mm512_cvtepi32_epi8(_mm512_srai_epi32(qi, 7)));
+    }
+    return m / 16383.0f;
+}
+
+/* The u8 codes (pmin + residual) of one grouped unit of width w at src: dword
+ * t = token t, byte c' = channel c' of the unit; pmin4 = the four pmins. */
+static inline __attribute__((always_inline)) __m512i unit_codes(const uint8_t *src, int w, uint32_t pmin4) {
+    __m512i x = _mm512_permutexvar_epi8(_mm512_load_si512(gperm[w]), _mm512_loadu_si512(src));
+    x = _mm512_multishift_epi64_epi8(_mm512_load_si512(gshift[w]), x);
+    x = _mm512_and_si512(x, _mm512_load_si512(gmask[w]));
+    return _mm512_add_epi8(x, _mm512_set1_epi32((int)pmin4));
+}
+
+static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *b, const float *q,
+                                                            int ldq, int j0, int j1, float *s,
+                                                            int lds, const int NH) {
+    const int dim = b->dim, ng = dim / KVC_PK_GROUP, p0 = j0 / 16, p1 = (j1 + 15) / 16;
+    int32_t qlo[8][KVC_PK_MAX_DIM / KVC_PK_GROUP], qhi[8][KVC_PK_MAX_DIM / KVC_PK_GROUP];
+    float qs[8], qsum[8];
+    #pragma GCC unroll 8
+    for (int h = 0; h < NH; h++) {
+        qs[h] = fixed_query(q + (size_t)h * ldq, dim, qlo[h], qhi[h]);
+        qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
+    }
+    const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0 * ng);
+    for (int p = p0; p < p1; p++) {
+        __m512i acc[8], ach[8];
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) acc[h] = ach[h] = _mm512_setzero_si512();
+        const uint8_t *pm = b->pmins + (size_t)p * dim;
+        uint64_t wbuf = 0; /* the next units' width nibbles, refilled 8 bytes at a time */
+        int left = 0;
+        for (int g = 0, u = p * ng; g < ng; g++, u++) {
+            if (!left) { /* the 8 bytes may reach into the pmins: the blob follows */
+                memcpy(&wbuf, b->widths + (u >> 1), 8);
+                wbuf >>= (u & 1) * 4;
+                left = 16 - (u & 1);
+            }
+            int w = (int)(wbuf & 15);
+            wbuf >>= 4, left--;
+            uint32_t pmin4;
+            memcpy(&pmin4, pm + KVC_PK_GROUP * g, 4);
+            __m512i x = unit_codes(src, w, pmin4);
+            src += 8 * w;
+            #pragma GCC unroll 8
+            for (int h = 0; h < NH; h++) {
+                acc[h] = _mm512_dpbusd_epi32(acc[h], x, _mm512_set1_epi32(qlo[h][g]));
+                ach[h] = _mm512_dpbusd_epi32(ach[h], x, _mm512_set1_epi32(qhi[h][g]));
+            }
+        }
+        __m512 sc = bf16x16(b->scales + 16 * p), mn = _mm512_loadu_ps(b->mins + 16 * p);
+        __mmask16 k = lanes(16 * p, j0, j1);
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; h++) {
+            /* 128 hi + lo in f32: the i32 sum could overflow for dims near 1024 */
+            __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ach[h]), _mm512_set1_ps(128.0f),
+                                         _mm512_cvtepi32_ps(acc[h]));
+            __m512 x = _mm512_mul_ps(dot, _mm512_set1_ps(qs[h]));
+            x = _mm512_fmadd_ps(mn, _mm512_set1_ps(qsum[h]), _mm512_mul_ps(sc, x));
+            _mm512_mask_storeu_ps(s + (size_t)h * lds + 16 * p - j0, k, x);
+        }
+    }
+}
+
+static void qkg_avx512(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
+                       int lds) {
+    for (int h0 = 0; h0 < G; h0 += 8) {
+        const float *qh = q + (size_t)h0 * ldq;
+        float *sh = s + (size_t)h0 * lds;
+        switch (G - h0 < 8 ? G - h0 : 8) {
+        case 1: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 1); break;
+        case 2: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 2); break;
+        case 3: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 3); break;
+        case 4: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 4); break;
+        case 5: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 5); break;
+        case 6: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 6); break;
+        case 7: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 7); break;
+        default: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 8); break;
+        }
+    }
+}
+
 /* ---- qk ------------------------------------------------------------------------ */
 
 static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b, const float *q,
@@ -125,7 +253,7 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
     float qsum[8];
     #pragma GCC unroll 8
     for (int h = 0; h < NH; h++) qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
-    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0 * dim);
+    const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0 * dim);
     for (int p = p0; p < p1; p++) {
         const int item0 = p * dim;
         __m512 acc[8];
@@ -155,6 +283,10 @@ static void qk_avx512(const kvc_pk_block *b, const float *q, int ldq, int G, int
                       int lds) {
     if (b->pack != 16) {
         narrow.qk(b, q, ldq, G, j0, j1, s, lds);
+        return;
+    }
+    if (b->group != 1) {
+        qkg_avx512(b, q, ldq, G, j0, j1, s, lds);
         return;
     }
     for (int h0 = 0; h0 < G; h0 += 8) {
@@ -217,7 +349,7 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
         }
         mterm[h] = _mm512_reduce_add_ps(mt);
     }
-    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0);
+    const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0);
     for (int c = 0; c < dim; c++) {
         __m512 acc[4];
         #pragma GCC unroll 8
@@ -282,7 +414,7 @@ static inline __attribute__((always_inline)) void pv_int_heads(const kvc_pk_bloc
         for (int pk = p0; pk < p1; pk++)
             wi[h][pk] = _mm512_cvtepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(wv[pk], _mm512_set1_ps(inv))));
     }
-    const uint8_t *src = b->data + kvc_pk_item_offset(b, p0);
+    const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0);
     for (int c = 0; c < dim; c++) {
         __m256i acc[4];
         #pragma GCC unroll 8

@@ -14,7 +14,7 @@
 #include "base/status.h"
 
 typedef struct pkblob {
-    int32_t n, dim, block, pack, vmajor, center;
+    int32_t n, dim, block, pack, vmajor, center, group;
     int32_t n_blocks, cap_blocks;
     uint32_t *offs;     /* [cap_blocks + 1]: block i is data[offs[i] .. offs[i+1]) */
     uint8_t *centered;  /* [cap_blocks]: 1 if block i stores channel centers */
@@ -35,6 +35,8 @@ kvc_status kvc_pk_cfg_check(const kvc_pk_cfg *cfg, const char *who) {
     KVC_CHECK(cfg->block >= cfg->pack && cfg->block <= KVC_PK_MAX_BLOCK && cfg->block % cfg->pack == 0,
               KVC_ERR_ARG, "%s: block=%d must be a multiple of pack=%d in %d..%d", who, cfg->block,
               cfg->pack, cfg->pack, KVC_PK_MAX_BLOCK);
+    KVC_CHECK(cfg->group == 0 || cfg->group == 1 || (cfg->group == KVC_PK_GROUP && cfg->pack == 16),
+              KVC_ERR_ARG, "%s: group=%d (allowed 1, or %d with pack=16)", who, cfg->group, KVC_PK_GROUP);
     return KVC_OK;
 }
 
@@ -137,19 +139,20 @@ int kvc_pk_quantize_block(const kvc_pk_cfg *cfg, const float *x, int n, int ld, 
 /* ---- block layout ------------------------------------------------------------------ */
 
 typedef struct layout {
-    int np, npad, items;
+    int np, npad, items, units;
     uint32_t o_scales, o_centers, o_widths, o_pmins, o_data;
 } layout;
 
-static layout layout_of(int nb, int dim, int pack, int has_centers) {
+static layout layout_of(int nb, int dim, int pack, int group, int has_centers) {
     layout l;
     l.np = (nb + pack - 1) / pack;
     l.npad = l.np * pack;
     l.items = l.np * dim;
+    l.units = l.items / group;
     l.o_scales = (uint32_t)l.npad * 4;
     l.o_centers = l.o_scales + (uint32_t)l.npad * 2;
     l.o_widths = l.o_centers + (has_centers ? (uint32_t)dim * 2 : 0);
-    l.o_pmins = l.o_widths + (uint32_t)(l.items + 1) / 2;
+    l.o_pmins = l.o_widths + (uint32_t)(l.units + 1) / 2;
     l.o_data = l.o_pmins + (uint32_t)l.items;
     return l;
 }
@@ -163,42 +166,66 @@ kvc_pk_block kvc_pk_block_of(const void *blob, int i) {
     const pkblob *b = blob;
     const uint8_t *base = b->data + b->offs[i];
     int nb = block_tokens(b, i);
-    layout l = layout_of(nb, b->dim, b->pack, b->centered[i]);
+    layout l = layout_of(nb, b->dim, b->pack, b->group, b->centered[i]);
     return (kvc_pk_block){(const float *)base, (const uint16_t *)(base + l.o_scales),
                           b->centered[i] ? (const uint16_t *)(base + l.o_centers) : NULL,
                           base + l.o_widths, base + l.o_pmins, base + l.o_data,
-                          nb, l.np, b->dim, b->pack, b->vmajor};
+                          nb, l.np, b->dim, b->pack, b->vmajor, b->group};
 }
 
 int kvc_pk_n_blocks(const void *blob) { return ((const pkblob *)blob)->n_blocks; }
 
-/* Writes the block of nb quantized tokens (mins, scales, codes [nb][dim];
- * centers[dim] or NULL) at dst (block_bytes of them). */
-static void write_block(const float *mins, const uint16_t *scales, const uint16_t *centers,
-                        const uint8_t *codes, int nb, int dim, int pack, int vmajor, uint8_t *dst) {
-    layout l = layout_of(nb, dim, pack, centers != NULL);
-    memset(dst, 0, l.o_data);
-    memcpy(dst, mins, sizeof *mins * (size_t)nb);
-    memcpy(dst + l.o_scales, scales, sizeof *scales * (size_t)nb);
-    if (centers) memcpy(dst + l.o_centers, centers, sizeof *centers * (size_t)dim);
-    uint8_t *widths = dst + l.o_widths, *pmins = dst + l.o_pmins, *out = dst + l.o_data;
-    for (int item = 0; item < l.items; item++) {
-        int p = vmajor ? item % l.np : item / dim, c = vmajor ? item / l.np : item % dim;
-        int t1 = (p + 1) * pack < nb ? (p + 1) * pack : nb, lo = 255, hi = 0;
+/* Pack and channel of item `item`. */
+static void item_pc(int item, int np, int dim, int vmajor, int *p, int *c) {
+    *p = vmajor ? item % np : item / dim;
+    *c = vmajor ? item / np : item % dim;
+}
+
+/* The width of unit u, the largest of its `group` items' widths (codes
+ * [nb][dim]), and its items' pmins into pmins[u*group ..] unless pmins is NULL. */
+static int unit_width(const uint8_t *codes, int nb, int dim, int pack, int group, int vmajor, int u,
+                      uint8_t *pmins) {
+    int np = (nb + pack - 1) / pack, w = 0;
+    for (int item = u * group; item < (u + 1) * group; item++) {
+        int p, c, lo = 255, hi = 0;
+        item_pc(item, np, dim, vmajor, &p, &c);
+        int t1 = (p + 1) * pack < nb ? (p + 1) * pack : nb;
         for (int t = p * pack; t < t1; t++) {
             int x8 = codes[(size_t)t * dim + c];
             lo = x8 < lo ? x8 : lo;
             hi = x8 > hi ? x8 : hi;
         }
-        int w = kvc_pk_width((unsigned)(hi - lo)), bytes = pack * w / 8;
-        pmins[item] = (uint8_t)lo;
-        widths[item >> 1] |= (uint8_t)(w << ((item & 1) * 4));
+        int wi = kvc_pk_width((unsigned)(hi - lo));
+        w = wi > w ? wi : w;
+        if (pmins) pmins[item] = (uint8_t)lo;
+    }
+    return w;
+}
+
+/* Writes the block of nb quantized tokens (mins, scales, codes [nb][dim];
+ * centers[dim] or NULL) at dst (block_bytes of them). */
+static void write_block(const float *mins, const uint16_t *scales, const uint16_t *centers,
+                        const uint8_t *codes, int nb, int dim, int pack, int group, int vmajor,
+                        uint8_t *dst) {
+    layout l = layout_of(nb, dim, pack, group, centers != NULL);
+    memset(dst, 0, l.o_data);
+    memcpy(dst, mins, sizeof *mins * (size_t)nb);
+    memcpy(dst + l.o_scales, scales, sizeof *scales * (size_t)nb);
+    if (centers) memcpy(dst + l.o_centers, centers, sizeof *centers * (size_t)dim);
+    uint8_t *widths = dst + l.o_widths, *pmins = dst + l.o_pmins, *out = dst + l.o_data;
+    for (int u = 0; u < l.units; u++) {
+        int w = unit_width(codes, nb, dim, pack, group, vmajor, u, pmins), bytes = pack * group * w / 8;
+        widths[u >> 1] |= (uint8_t)(w << ((u & 1) * 4));
         memset(out, 0, (size_t)bytes);
-        for (int t = p * pack; t < t1 && w; t++) {
-            int bit = (t - p * pack) * w;
-            unsigned r = (unsigned)(codes[(size_t)t * dim + c] - lo) << (bit & 7);
-            out[bit >> 3] |= (uint8_t)r;
-            if ((bit & 7) + w > 8) out[(bit >> 3) + 1] |= (uint8_t)(r >> 8);
+        for (int k = 0; k < group && w; k++) { /* residual of token t, item k: number t * group + k */
+            int item = u * group + k, p, c;
+            item_pc(item, l.np, dim, vmajor, &p, &c);
+            for (int t = p * pack; t < (p + 1) * pack && t < nb; t++) {
+                int bit = ((t - p * pack) * group + k) * w;
+                unsigned r = (unsigned)(codes[(size_t)t * dim + c] - pmins[item]) << (bit & 7);
+                out[bit >> 3] |= (uint8_t)r;
+                if ((bit & 7) + w > 8) out[(bit >> 3) + 1] |= (uint8_t)(r >> 8);
+            }
         }
         out += bytes;
     }
@@ -206,20 +233,12 @@ static void write_block(const float *mins, const uint16_t *scales, const uint16_
 
 /* Bytes of the block the codes encode to, padded to 4 so that every block's
  * f32 mins are aligned; *residual gets the residual bytes alone. */
-static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, int has_centers,
-                            uint32_t *residual) {
-    layout l = layout_of(nb, dim, pack, has_centers);
+static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, int group, int vmajor,
+                            int has_centers, uint32_t *residual) {
+    layout l = layout_of(nb, dim, pack, group, has_centers);
     uint32_t data = 0;
-    for (int p = 0; p < l.np; p++)
-        for (int c = 0; c < dim; c++) {
-            int lo = 255, hi = 0, t1 = (p + 1) * pack < nb ? (p + 1) * pack : nb;
-            for (int t = p * pack; t < t1; t++) {
-                int x8 = codes[(size_t)t * dim + c];
-                lo = x8 < lo ? x8 : lo;
-                hi = x8 > hi ? x8 : hi;
-            }
-            data += (uint32_t)(pack * kvc_pk_width((unsigned)(hi - lo)) / 8);
-        }
+    for (int u = 0; u < l.units; u++)
+        data += (uint32_t)(pack * group * unit_width(codes, nb, dim, pack, group, vmajor, u, NULL) / 8);
     *residual = data;
     return (l.o_data + data + 3) & ~3u;
 }
@@ -280,12 +299,13 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
         /* codes first: the block's size depends on its widths */
         int has_centers = kvc_pk_quantize_block(cfg, x + (size_t)t0 * ld, nb, ld, b->dim, centers, mins,
                                                 scales, codes, b->dim);
-        uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, has_centers, &residual);
+        uint32_t residual, bytes = block_bytes(codes, nb, b->dim, b->pack, b->group, b->vmajor,
+                                               has_centers, &residual);
         uint64_t at = b->n_blocks ? b->offs[b->n_blocks] : 0;
         st = reserve(b, b->n_blocks + 1, at + bytes);
         if (st != KVC_OK) break;
-        write_block(mins, scales, has_centers ? centers : NULL, codes, nb, b->dim, b->pack, b->vmajor,
-                    b->data + at);
+        write_block(mins, scales, has_centers ? centers : NULL, codes, nb, b->dim, b->pack, b->group,
+                    b->vmajor, b->data + at);
         b->centered[b->n_blocks] = (uint8_t)has_centers;
         b->offs[b->n_blocks] = (uint32_t)at;
         b->offs[++b->n_blocks] = (uint32_t)(at + bytes);
@@ -304,10 +324,13 @@ static kvc_status encode_pk(const kvc_codec *c, const float *x, int n, int ld, v
               c->dim, KVC_PK_MAX_DIM);
     KVC_CHECK(n >= 0 && ld >= c->dim, KVC_ERR_ARG, "%s: %d tokens with row stride %d (dim %d)", who, n,
               ld, c->dim);
+    int group = cfg->group > 1 ? cfg->group : 1;
+    KVC_CHECK(group == 1 || (!vmajor && c->dim % group == 0), KVC_ERR_ARG,
+              "%s: group=%d needs keys whose dim is a multiple of it (dim %d)", who, group, c->dim);
     pkblob *b = calloc(1, sizeof *b);
     if (!b) return kvc_fail(KVC_ERR_NOMEM, "%s: blob", who);
     *b = (pkblob){.dim = c->dim, .block = cfg->block, .pack = cfg->pack, .vmajor = vmajor,
-                  .center = cfg->center != 0};
+                  .center = cfg->center != 0, .group = group};
     kvc_status st = reserve(b, 1, 0);
     if (st == KVC_OK) {
         b->offs[0] = 0;
@@ -350,17 +373,20 @@ static void free_pk(const kvc_codec *c, void *blob) {
 /* Reconstructs tokens [j0, j1) of one block into x (rows ld apart, row 0 = j0). */
 static void decode_block(const kvc_pk_block *v, int j0, int j1, float *x, int ld) {
     const uint8_t *src = v->data;
-    for (int item = 0; item < v->np * v->dim; item++) {
-        int p = v->vmajor ? item % v->np : item / v->dim, c = v->vmajor ? item / v->np : item % v->dim;
-        int w = kvc_pk_item_width(v, item);
-        for (int t = p * v->pack; t < (p + 1) * v->pack; t++)
-            if (t >= j0 && t < j1) {
-                int code = v->pmins[item] + kvc_pk_residual(src, w, t - p * v->pack);
-                float s = kvc_bf16_to_f32(v->scales[t]);
-                float y = fmaf((float)code, s, v->mins[t]);
-                x[(size_t)(t - j0) * ld + c] = v->centers ? y + kvc_f16_to_f32(v->centers[c]) : y;
-            }
-        src += (size_t)v->pack * w / 8;
+    for (int u = 0; u < v->np * v->dim / v->group; u++) {
+        int w = kvc_pk_unit_width(v, u);
+        for (int k = 0; k < v->group; k++) {
+            int item = u * v->group + k, p, c;
+            item_pc(item, v->np, v->dim, v->vmajor, &p, &c);
+            for (int t = p * v->pack; t < (p + 1) * v->pack; t++)
+                if (t >= j0 && t < j1) {
+                    int r = kvc_pk_residual(src, w, (t - p * v->pack) * v->group + k);
+                    float s = kvc_bf16_to_f32(v->scales[t]);
+                    float y = fmaf((float)(v->pmins[item] + r), s, v->mins[t]);
+                    x[(size_t)(t - j0) * ld + c] = v->centers ? y + kvc_f16_to_f32(v->centers[c]) : y;
+                }
+        }
+        src += (size_t)v->pack * v->group * w / 8;
     }
 }
 

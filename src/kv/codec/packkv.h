@@ -20,11 +20,22 @@
  * multiple of 8). The last pack of a ragged block is padded with residual-0
  * tokens (mins 0, scales 0).
  *
+ * Grouped keys (cfg.group = KVC_PK_GROUP = 4, packs of 16 only): the items
+ * (p, 4g .. 4g+3) form one unit with one width, the largest of its four items'
+ * widths (pmins stay per item). Its 64 residuals are stored token-major:
+ * residual i = 4t + c' (token t, channel 4g + c') in bits i*w .. i*w + w - 1,
+ * 8w bytes, so that qword k holds tokens 2k and 2k+1 and starts on byte k*w.
+ * A byte decoder (vpermb, vpmultishiftqb, a mask) turns a unit into the u8
+ * codes of 16 tokens x 4 channels, which is the operand shape of vpdpbusd:
+ * the key kernel then needs no float conversion and one instruction per 64
+ * codes and head (a 5-11% larger payload than per-item widths; the
+ * measurements are in docs/benchmarks.md "PackKV").
+ *
  * Block (nb <= block tokens, np = ceil(nb/pack) packs per channel, npad =
  * np*pack, items = np*dim packs), byte offsets from its start:
- *   f32  mins[npad] | u16 scales[npad] (bf16) | u8 widths[(items+1)/2]
- *   (nibbles, item i in the low nibble of byte i/2 when i is even) |
- *   u8 pmins[items] | residual bytes of the items in item order.
+ *   f32  mins[npad] | u16 scales[npad] (bf16) | u8 widths[(units+1)/2]
+ *   (nibbles, unit u in the low nibble of byte u/2 when u is even; units =
+ *   items / group) | u8 pmins[items] | residual bytes of the units in order.
  * Item order: keys pack-major (item = p*dim + c: the fused q.k walks the
  * channels of one pack with tokens in SIMD lanes); values channel-major
  * (item = c*np + p: the fused p.v walks the packs of one channel with one
@@ -64,7 +75,8 @@ enum {
     KVC_PK_MAX_CODE = 255,
     KVC_PK_MAX_BLOCK = 1024, /* tokens per block */
     KVC_PK_MAX_DIM = 1024,   /* channels per vector */
-    KVC_PK_OVERREAD = 16,    /* bytes the SIMD kernels may read past an item */
+    KVC_PK_OVERREAD = 64,    /* bytes the SIMD kernels may read past an item or unit */
+    KVC_PK_GROUP = 4,        /* key channels per unit in the grouped layout */
 };
 
 #define KVC_PK_MIN_REL (1.0f / 250.0f)
@@ -76,6 +88,8 @@ typedef struct kvc_pk_cfg {
     int block; /* tokens per independent block, a multiple of pack */
     int pack;  /* tokens per pack: 8 or 16 */
     int center; /* 1: subtract the block medians of offset channels (f16) before quantizing */
+    int group;  /* keys: channels sharing one width, 1 (per pack and channel) or KVC_PK_GROUP;
+                   0 counts as 1 */
 } kvc_pk_cfg;
 
 /* Validates a cfg; the message names the field and value. */
@@ -111,13 +125,18 @@ typedef struct kvc_pk_block {
     const uint8_t *data;    /* residual bytes, item order */
     int n, np, dim, pack;
     int vmajor;             /* 0: keys (pack-major items), 1: values (channel-major) */
+    int group;              /* items per unit (one width, interleaved residuals): 1 or KVC_PK_GROUP */
 } kvc_pk_block;
 
 static inline int kvc_pk_item(const kvc_pk_block *b, int p, int c) {
     return b->vmajor ? c * b->np + p : p * b->dim + c;
 }
+/* Width of unit u (the item itself when group is 1). */
+static inline int kvc_pk_unit_width(const kvc_pk_block *b, int u) {
+    return (b->widths[u >> 1] >> ((u & 1) * 4)) & 15;
+}
 static inline int kvc_pk_item_width(const kvc_pk_block *b, int item) {
-    return (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
+    return kvc_pk_unit_width(b, item / b->group);
 }
 
 /* Residual of token t (0..pack-1) in an item whose bytes start at src. */
@@ -127,8 +146,10 @@ static inline int kvc_pk_residual(const uint8_t *src, int w, int t) {
     return (int)((two >> (bit & 7)) & ((1u << w) - 1));
 }
 
-/* Byte offset of item `item`'s residuals from b->data (sums the widths before it). */
-uint32_t kvc_pk_item_offset(const kvc_pk_block *b, int item);
+/* Byte offset of unit u's residuals from b->data (sums the widths before it);
+ * with group 1 a unit is an item. */
+uint32_t kvc_pk_unit_offset(const kvc_pk_block *b, int u);
+
 
 /* The fused kernels on one block, for block tokens j0 <= j < j1:
  * qk: s[h*lds + j - j0] = q_h . key_j, h < G, q rows ldq apart;

@@ -1,33 +1,39 @@
 /* Scalar reference kernels of the PackKV codecs (math in packkv.h): q.k and
- * p.v on one bit-packed block, unpacking one residual at a time. Every SIMD
- * variant (src/kernels/<isa>/kv_packkv_<isa>.c) is tested against these. */
+ * p.v on one bit-packed block, unpacking one residual at a time (q.k in
+ * either key layout: per-item widths or grouped units). Every SIMD variant
+ * (src/kernels/<isa>/kv_packkv_<isa>.c) is tested against these. */
 #include "kv/codec/packkv.h"
 
 #include <math.h>
 
 #include "base/f16.h"
 
-uint32_t kvc_pk_item_offset(const kvc_pk_block *b, int item) {
+uint32_t kvc_pk_unit_offset(const kvc_pk_block *b, int u) {
     uint32_t off = 0;
-    for (int i = 0; i < item; i++) off += (uint32_t)(b->pack * kvc_pk_item_width(b, i) / 8);
+    for (int i = 0; i < u; i++) off += (uint32_t)(b->pack * b->group * kvc_pk_unit_width(b, i) / 8);
     return off;
 }
 
+/* Keys: the units of a pack hold `group` channels each, pack-major. */
 static void qk_ref(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
                    int lds) {
-    int p0 = j0 / b->pack, p1 = (j1 + b->pack - 1) / b->pack;
+    int p0 = j0 / b->pack, p1 = (j1 + b->pack - 1) / b->pack, g = b->group;
     for (int h = 0; h < G; h++) {
         const float *qh = q + (size_t)h * ldq;
         float qsum = 0.0f;
         for (int c = 0; c < b->dim; c++) qsum += qh[c];
-        const uint8_t *src = b->data + kvc_pk_item_offset(b, kvc_pk_item(b, p0, 0));
+        const uint8_t *src = b->data + kvc_pk_unit_offset(b, kvc_pk_item(b, p0, 0) / g);
         for (int p = p0; p < p1; p++) {
             float acc[16] = {0}, dmin = 0.0f;
-            for (int c = 0; c < b->dim; c++) {
-                int item = kvc_pk_item(b, p, c), w = kvc_pk_item_width(b, item);
-                dmin += qh[c] * (float)b->pmins[item];
-                for (int t = 0; t < b->pack; t++) acc[t] += qh[c] * (float)kvc_pk_residual(src, w, t);
-                src += (size_t)b->pack * w / 8;
+            for (int cu = 0; cu < b->dim; cu += g) {
+                int w = kvc_pk_item_width(b, kvc_pk_item(b, p, cu));
+                for (int k = 0; k < g; k++) {
+                    int c = cu + k;
+                    dmin += qh[c] * (float)b->pmins[kvc_pk_item(b, p, c)];
+                    for (int t = 0; t < b->pack; t++)
+                        acc[t] += qh[c] * (float)kvc_pk_residual(src, w, t * g + k);
+                }
+                src += (size_t)b->pack * g * w / 8;
             }
             for (int t = 0; t < b->pack; t++) {
                 int j = p * b->pack + t;
@@ -48,7 +54,7 @@ static void pv_ref(const kvc_pk_block *b, const float *p, int ldp, int G, int j0
         for (int j = j0; j < j1; j++) mterm += ph[j] * b->mins[j];
         for (int c = 0; c < b->dim; c++) {
             int first = kvc_pk_item(b, p0, c);
-            const uint8_t *src = b->data + kvc_pk_item_offset(b, first);
+            const uint8_t *src = b->data + kvc_pk_unit_offset(b, first);
             float acc = 0.0f;
             for (int pk = p0; pk < p1; pk++) {
                 int item = kvc_pk_item(b, pk, c), w = kvc_pk_item_width(b, item);

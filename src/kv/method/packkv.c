@@ -31,6 +31,7 @@ typedef struct packkv_cfg {
     int repack; /* kvc_pk_repack */
     int window;
     int center; /* bit 0: keys centered, bit 1: values (none|k|v|kv) */
+    int kgroup; /* key channels sharing one pack width: 1 or KVC_PK_GROUP */
 } packkv_cfg;
 
 enum { CENTER_K = 1, CENTER_V = 2 }; /* the bits of `center` (none|k|v|kv) */
@@ -60,6 +61,9 @@ static const kvc_param packkv_params[] = {
     {.key = "center", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, center), .def = "k",
      .choices = "none|k|v|kv",
      .help = "subtract the block medians of offset channels (f16) before quantizing: none, k, v, kv"},
+    {.key = "kgroup", .type = KVC_PARAM_INT, .offset = offsetof(packkv_cfg, kgroup), .def = "1",
+     .min = 1, .max = KVC_PK_GROUP,
+     .help = "key channels per pack width: 1 (the paper's layout) or 4 (byte-dot kernels, pack=16)"},
 };
 
 static kvc_status packkv_check(const void *cfgp) {
@@ -70,6 +74,8 @@ static kvc_status packkv_check(const void *cfgp) {
               "method packkv: kblock=%d is not a multiple of pack=%d", c->kblock, c->pack);
     KVC_CHECK(c->vblock % c->pack == 0, KVC_ERR_ARG,
               "method packkv: vblock=%d is not a multiple of pack=%d", c->vblock, c->pack);
+    KVC_CHECK(c->kgroup == 1 || (c->kgroup == KVC_PK_GROUP && c->pack == 16), KVC_ERR_ARG,
+              "method packkv: kgroup=%d (allowed 1, or %d with pack=16)", c->kgroup, KVC_PK_GROUP);
     int lo = c->kblock < c->vblock ? c->kblock : c->vblock, hi = c->kblock ^ c->vblock ^ lo;
     KVC_CHECK(hi % lo == 0, KVC_ERR_ARG,
               "method packkv: kblock=%d and vblock=%d: the larger must be a multiple of the smaller "
@@ -80,11 +86,15 @@ static kvc_status packkv_check(const void *cfgp) {
 
 static kvc_status packkv_create(const kvc_method_env *env, void **state) {
     KVC_TRY(packkv_check(env->cfg));
+    int kgroup = ((const packkv_cfg *)env->cfg)->kgroup;
+    KVC_CHECK(env->head_dim % kgroup == 0, KVC_ERR_ARG,
+              "method packkv: kgroup=%d needs a head dim that is a multiple of it (head dim %d)", kgroup,
+              env->head_dim);
     packkv_state *st = calloc(1, sizeof *st);
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "packkv state");
     st->cfg = *(const packkv_cfg *)env->cfg;
     st->k = (kvc_pk_cfg){.rel = st->cfg.krel, .block = st->cfg.kblock, .pack = st->cfg.pack,
-                         .center = (st->cfg.center & CENTER_K) != 0};
+                         .center = (st->cfg.center & CENTER_K) != 0, .group = st->cfg.kgroup};
     st->v = (kvc_pk_cfg){.rel = st->cfg.vrel, .block = st->cfg.vblock, .pack = st->cfg.pack,
                          .center = (st->cfg.center & CENTER_V) != 0};
     st->unit = st->cfg.kblock > st->cfg.vblock ? st->cfg.kblock : st->cfg.vblock;
