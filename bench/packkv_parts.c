@@ -18,10 +18,10 @@
  *     (random probabilities), median of REPS passes per copy (default 5), and
  *     prints both methods and their ratios in one table.
  *
- *   packkv_parts hot [REL [KGROUP]]
+ *   packkv_parts hot [REL [grouped]]
  *     The kernels alone in the CPU cache: one blob of 1024 synthetic tokens of
  *     64 channels (K blocks of 64, V blocks of 128, packs of 16, rel REL,
- *     default 0.1, keys in the layout of kgroup KGROUP, default 1), G = 3; the best of 300 runs of q.k and p.v over it, in ns
+ *     default 0.1; the paper's layout, or the grouped one), G = 3; the best of 300 runs of q.k and p.v over it, in ns
  *     per pack and channel (16 elements, 3 heads), and dense f16's q.k / p.v
  *     over the same tokens per 16 elements, thread CPU clock.
  *
@@ -202,13 +202,14 @@ static void time_parts(const char *dump, int ctx, const char *spec, int reps) {
 
 /* ---- hot ------------------------------------------------------------------------- */
 
-static void hot(float rel, int kgroup) {
+static void hot(float rel, int grouped) {
     enum { N = 1024, DIM = 64, GH = 3 };
     kvc_codecs_init();
     float *x = malloc(sizeof(float) * N * DIM);
     for (int i = 0; i < N * DIM; i++) /* a spread of values plus outlier channels */
         x[i] = (float)((i * 2654435761u) >> 8 & 1023) / 512.0f - 1.0f + ((i % DIM) % 13 == 0 ? 3.0f : 0.0f);
-    kvc_pk_cfg kcfg = {.rel = rel, .block = 64, .pack = 16, .group = kgroup}, vcfg = {rel, 128, 16};
+    kvc_pk_cfg kcfg = {.rel = rel, .block = 64, .pack = 16, .group = grouped ? KVC_PK_KGROUP : 1};
+    kvc_pk_cfg vcfg = {.rel = rel, .block = 128, .pack = 16, .group = grouped ? KVC_PK_VGROUP : 1};
     kvc_codec K = {&kvc_codec_packkv_k, DIM, &kcfg}, V = {&kvc_codec_packkv_v, DIM, &vcfg};
     kvc_codec F = {kvc_codec_dense(KVC_DENSE_F16), DIM, NULL};
     void *kb, *vb, *fb;
@@ -236,9 +237,9 @@ static void hot(float rel, int kgroup) {
     K.ops->bytes(&K, kb, &pk, &mk);
     V.ops->bytes(&V, vb, &pv, &mv);
     double per = 1e9 / ((double)N * DIM / 16);
-    printf("hot cache, %d tokens x %d, G %d, rel %g, kgroup %d: packkv q.k %.2f p.v %.2f ns per pack and channel; "
+    printf("hot cache, %d tokens x %d, G %d, rel %g, %s layout: packkv q.k %.2f p.v %.2f ns per pack and channel; "
            "f16 q.k %.2f p.v %.2f ns per 16 elements; K %.2f V %.2f bits/el\n",
-           N, DIM, GH, (double)rel, kgroup, best[0] * per, best[1] * per, best[2] * per, best[3] * per,
+           N, DIM, GH, (double)rel, grouped ? "grouped" : "paper", best[0] * per, best[1] * per, best[2] * per, best[3] * per,
            8.0 * (double)(pk + mk) / N / DIM, 8.0 * (double)(pv + mv) / N / DIM);
     K.ops->free(&K, kb), V.ops->free(&V, vb), F.ops->free(&F, fb);
     free(x);
@@ -246,7 +247,7 @@ static void hot(float rel, int kgroup) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "hot") == 0) {
-        hot(argc > 2 ? (float)atof(argv[2]) : 0.1f, argc > 3 ? atoi(argv[3]) : 1);
+        hot(argc > 2 ? (float)atof(argv[2]) : 0.1f, argc > 3 && strcmp(argv[3], "grouped") == 0);
         return 0;
     }
     if (argc >= 4 && strcmp(argv[1], "ratio") == 0) {
@@ -257,6 +258,6 @@ int main(int argc, char **argv) {
         time_parts(argv[2], atoi(argv[3]), argv[4], argc > 5 ? atoi(argv[5]) : 5);
         return 0;
     }
-    fprintf(stderr, "usage: packkv_parts ratio DUMP SPEC... | time DUMP CTX SPEC [REPS] | hot [REL [KGROUP]]\n");
+    fprintf(stderr, "usage: packkv_parts ratio DUMP SPEC... | time DUMP CTX SPEC [REPS] | hot [REL [grouped]]\n");
     return 2;
 }

@@ -178,10 +178,16 @@ static void test_bitpacking_roundtrip(void **state) {
                     roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, cfg.block); /* encode + append */
                     roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, n);
                     roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, cfg.block);
-                    if (pk == 16 && dim % KVC_PK_GROUP == 0) { /* grouped keys */
-                        cfg.group = KVC_PK_GROUP;
+                    if (pk == 16 && dim % KVC_PK_KGROUP == 0) { /* grouped keys */
+                        cfg.group = KVC_PK_KGROUP;
                         roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, n);
                         roundtrip(&kvc_codec_packkv_k, &cfg, x, n, dim, cfg.block);
+                        cfg.group = 1;
+                    }
+                    if (pk == 16 && dim % KVC_PK_VGROUP == 0) { /* grouped values */
+                        cfg.group = KVC_PK_VGROUP;
+                        roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, n);
+                        roundtrip(&kvc_codec_packkv_v, &cfg, x, n, dim, cfg.block);
                         cfg.group = 1;
                     }
                 }
@@ -454,8 +460,9 @@ static void test_attention_matches_reference(void **state) {
     check_matches_reference("packkv:krel=1,vrel=0.004,kblock=128,vblock=32,pack=8", 500, 60);
     check_matches_reference("packkv+h2o:budget=0.5", 600, 100);
     check_matches_reference("packkv:center=k", 700, 150);
-    check_matches_reference("packkv:kgroup=4", 700, 150);
-    check_matches_reference("packkv:kgroup=4,repack=greedy,kblock=128,vblock=64,center=none", 400, 80);
+    check_matches_reference("packkv:layout=grouped", 700, 150);
+    check_matches_reference("packkv:layout=grouped,repack=greedy,kblock=128,vblock=64,center=kv", 400, 80);
+    check_matches_reference("packkv:layout=grouped,kblock=1024,vblock=512,window=0", 1100, 40);
     check_matches_reference("packkv:center=kv,repack=greedy,kblock=128,vblock=64,pack=8", 400, 80);
     check_matches_reference("packkv:center=v,window=0+h2o:budget=0.5", 600, 100);
 }
@@ -481,8 +488,8 @@ static void test_bad_parameters(void **state) {
     expect_refused("packkv:center=q", "none|k|v|kv");
     expect_refused("packkv:vblock=2048", "vblock=2048");
     expect_refused("packkv+kivi", "cannot be stacked");
-    expect_refused("packkv:kgroup=2", "kgroup=2");
-    expect_refused("packkv:kgroup=4,pack=8", "kgroup=4");
+    expect_refused("packkv:layout=packs", "paper|grouped");
+    expect_refused("packkv:layout=grouped,pack=8", "layout=grouped needs pack=16");
     kvc_pk_cfg bad = {.rel = 0.1f, .block = 24, .pack = 16};
     kvc_codec c = {.ops = &kvc_codec_packkv_k, .dim = D, .cfg = &bad};
     void *blob = NULL;
@@ -494,9 +501,9 @@ static void test_bad_parameters(void **state) {
     assert_int_equal(c.ops->append(&c, blob, x, 1, D), KVC_ERR_ARG); /* after a ragged block */
     assert_non_null(strstr(kvc_last_error(), "ragged"));
     c.ops->free(&c, blob);
-    kvc_pk_cfg grouped = {.rel = 0.1f, .block = 32, .pack = 16, .group = KVC_PK_GROUP};
+    kvc_pk_cfg grouped = {.rel = 0.1f, .block = 32, .pack = 16, .group = KVC_PK_KGROUP};
     kvc_codec v = {.ops = &kvc_codec_packkv_v, .dim = D, .cfg = &grouped};
-    assert_int_equal(v.ops->encode(&v, x, 1, D, &blob), KVC_ERR_ARG); /* values have no grouped layout */
+    assert_int_equal(v.ops->encode(&v, x, 1, D, &blob), KVC_ERR_ARG); /* values group 16 channels */
     assert_non_null(strstr(kvc_last_error(), "group=4"));
     kvc_codec odd = {.ops = &kvc_codec_packkv_k, .dim = 6, .cfg = &grouped};
     assert_int_equal(odd.ops->encode(&odd, x, 1, 6, &blob), KVC_ERR_ARG); /* dim not a multiple of 4 */

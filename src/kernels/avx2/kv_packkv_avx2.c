@@ -220,6 +220,10 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
 
 static void pv_avx2(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
                     int ldo) {
+    if (b->group != 1) { /* grouped values: no AVX2 byte decoder yet, the scalar reference */
+        kvc_pk_ref.pv(b, p, ldp, G, j0, j1, o, ldo);
+        return;
+    }
     for (int h0 = 0; h0 < G; h0 += 4) {
         const float *ph = p + (size_t)h0 * ldp;
         float *oh = o + (size_t)h0 * ldo;

@@ -6,8 +6,8 @@
  * vpsrlvd by (t*w) mod 8 and a mask of w bits. The residual bytes never go
  * back to memory.
  *
- * qk on grouped keys (kgroup=4: one width per pack and 4 channels, residuals
- * token-major, packkv.h), integer: the query of each head is rounded to 15
+ * qk on grouped keys (layout=grouped: one width per pack and 4 channels,
+ * residuals token-major, packkv.h), integer: the query of each head is rounded to 15
  * bits once per call (qs = max |q_c| / 16383) and split into two s8 planes;
  * per unit of 16 tokens x 4 channels, one 64-byte load, vpermb (qword k <- the
  * w bytes from k*w), vpmultishiftqb (byte i <- bits i*w..), a mask and the
@@ -25,6 +25,13 @@
  * two channels unpacked into the halves of each lane, was slower on the
  * development machine: 2.33 against 2.06 ns per pack and channel,
  * docs/benchmarks.md "PackKV".)
+ *
+ * pv on grouped values (one width per pack and 16 channels, runs of 4 tokens
+ * per channel), integer: the weights p_t s_t of each head become 15-bit
+ * integers (beta = the largest / 16383) in two s8 planes; per run of 4 tokens
+ * the decoded u8 codes (dword c' = 4 tokens of channel c') take two vpdpbusd
+ * per head against the 4 tokens' weight bytes; |p.v - ref| <= beta/2 sum_t
+ * code_tc.
  *
  * pv (value blocks, channel-major), integer: the weights p_t s_t of each head
  * become int16, wi_t = round(p_t s_t / beta), beta = the block's max / 32767;
@@ -53,6 +60,7 @@ static uint16_t mask_w[9][16] __attribute__((aligned(32)));
 static uint8_t gperm[9][64] __attribute__((aligned(64)));  /* grouped units: qword k <- bytes k*w.. */
 static uint8_t gshift[9][64] __attribute__((aligned(64))); /* byte i of a qword <- bits i*w.. */
 static uint8_t gmask[9][64] __attribute__((aligned(64)));
+static uint8_t rep4[64] __attribute__((aligned(64))); /* byte i <- byte i/4 */
 static kvc_pk_kernels narrow; /* the kernels for packs of 8 */
 
 enum { IBLOCK = 256 }; /* longest blocks with exact int32 sums in p.v */
@@ -79,6 +87,7 @@ static void build_tables(void) {
             gperm[w][k] = (uint8_t)(k / 8 * w + k % 8);
             gshift[w][k] = (uint8_t)(k % 8 * w);
             gmask[w][k] = (uint8_t)((1u << w) - 1);
+            rep4[k] = (uint8_t)(k / 4);
         }
 }
 
@@ -166,20 +175,32 @@ static float fixed_query(const float *q, int dim, int32_t *lo, int32_t *hi) {
     return m / 16383.0f;
 }
 
-/* The u8 codes (pmin + residual) of one grouped unit of width w at src: dword
- * t = token t, byte c' = channel c' of the unit; pmin4 = the four pmins. */
-static inline __attribute__((always_inline)) __m512i unit_codes(const uint8_t *src, int w, uint32_t pmin4) {
+/* acc += the u8 bytes of a times the s8 bytes of the dword at b broadcast to
+ * every lane. Written out because GCC wraps the intrinsic in two register
+ * moves per use in these unrolled loops and does not fold the broadcast. */
+static inline __attribute__((always_inline)) __m512i dpbusd_bcst(__m512i acc, __m512i a, const void *b) {
+    __asm__("vpdpbusd %[b]%{1to16%}, %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [b] "m"(*(const int32_t *)b));
+    return acc;
+}
+
+/* The 64 residuals of width w at src (8w bytes) as bytes, in their order. */
+static inline __attribute__((always_inline)) __m512i residuals64(const uint8_t *src, int w) {
     __m512i x = _mm512_permutexvar_epi8(_mm512_load_si512(gperm[w]), _mm512_loadu_si512(src));
     x = _mm512_multishift_epi64_epi8(_mm512_load_si512(gshift[w]), x);
-    x = _mm512_and_si512(x, _mm512_load_si512(gmask[w]));
-    return _mm512_add_epi8(x, _mm512_set1_epi32((int)pmin4));
+    return _mm512_and_si512(x, _mm512_load_si512(gmask[w]));
+}
+
+/* The u8 codes (pmin + residual) of one grouped key unit of width w at src:
+ * dword t = token t, byte c' = channel c' of the unit; pmin4 = the four pmins. */
+static inline __attribute__((always_inline)) __m512i unit_codes(const uint8_t *src, int w, uint32_t pmin4) {
+    return _mm512_add_epi8(residuals64(src, w), _mm512_set1_epi32((int)pmin4));
 }
 
 static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *b, const float *q,
                                                             int ldq, int j0, int j1, float *s,
                                                             int lds, const int NH) {
-    const int dim = b->dim, ng = dim / KVC_PK_GROUP, p0 = j0 / 16, p1 = (j1 + 15) / 16;
-    int32_t qlo[8][KVC_PK_MAX_DIM / KVC_PK_GROUP], qhi[8][KVC_PK_MAX_DIM / KVC_PK_GROUP];
+    const int dim = b->dim, ng = dim / KVC_PK_KGROUP, p0 = j0 / 16, p1 = (j1 + 15) / 16;
+    int32_t qlo[8][KVC_PK_MAX_DIM / KVC_PK_KGROUP], qhi[8][KVC_PK_MAX_DIM / KVC_PK_KGROUP];
     float qs[8], qsum[8];
     #pragma GCC unroll 8
     for (int h = 0; h < NH; h++) {
@@ -203,13 +224,13 @@ static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *
             int w = (int)(wbuf & 15);
             wbuf >>= 4, left--;
             uint32_t pmin4;
-            memcpy(&pmin4, pm + KVC_PK_GROUP * g, 4);
+            memcpy(&pmin4, pm + KVC_PK_KGROUP * g, 4);
             __m512i x = unit_codes(src, w, pmin4);
             src += 8 * w;
             #pragma GCC unroll 8
             for (int h = 0; h < NH; h++) {
-                acc[h] = _mm512_dpbusd_epi32(acc[h], x, _mm512_set1_epi32(qlo[h][g]));
-                ach[h] = _mm512_dpbusd_epi32(ach[h], x, _mm512_set1_epi32(qhi[h][g]));
+                acc[h] = dpbusd_bcst(acc[h], x, &qlo[h][g]);
+                ach[h] = dpbusd_bcst(ach[h], x, &qhi[h][g]);
             }
         }
         __m512 sc = bf16x16(b->scales + 16 * p), mn = _mm512_loadu_ps(b->mins + 16 * p);
@@ -240,6 +261,96 @@ static void qkg_avx512(const kvc_pk_block *b, const float *q, int ldq, int G, in
         case 6: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 6); break;
         case 7: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 7); break;
         default: qkg_heads(b, qh, ldq, j0, j1, sh, lds, 8); break;
+        }
+    }
+}
+
+/* ---- pv, grouped values ------------------------------------------------------- */
+
+/* The weights p_t s_t of one head for the tokens of packs p0 .. p1-1 (0 outside
+ * [j0, j1)) as 15-bit integers W_t = round(p_t s_t / beta), beta = max |p_t s_t|
+ * / 16383, split W = 128 hi + lo into s8 planes lo[] / hi[] (token order from
+ * pack p0); returns beta (0 when every weight is 0 or one is not finite) and
+ * *mterm = sum_t p_t m_t. ph[j - j0] is the weight of block token j. */
+static float fixed_weights(const kvc_pk_block *b, const float *ph, int j0, int j1, uint8_t *lo,
+                           uint8_t *hi, float *mterm) {
+    const int p0 = j0 / 16, p1 = (j1 + 15) / 16;
+    __m512 wv[KVC_PK_MAX_BLOCK / 16], mx = _mm512_setzero_ps(), mt = _mm512_setzero_ps();
+    for (int pk = p0; pk < p1; pk++) {
+        __mmask16 k = lanes(16 * pk, j0, j1);
+        __m512 pw = _mm512_maskz_loadu_ps(k, ph + 16 * pk - j0);
+        wv[pk] = _mm512_mul_ps(pw, bf16x16(b->scales + 16 * pk));
+        mx = _mm512_max_ps(mx, _mm512_abs_ps(wv[pk]));
+        mt = _mm512_fmadd_ps(pw, _mm512_loadu_ps(b->mins + 16 * pk), mt);
+    }
+    *mterm = _mm512_reduce_add_ps(mt);
+    float wmax = _mm512_reduce_max_ps(mx);
+    float inv = wmax > 0.0f && wmax <= 3.0e38f ? 16383.0f / wmax : 0.0f;
+    for (int pk = p0; pk < p1; pk++) {
+        __m512i wi = _mm512_cvtps_epi32(_mm512_mul_ps(wv[pk], _mm512_set1_ps(inv)));
+        _mm_storeu_si128((__m128i *)(lo + 16 * (pk - p0)), _mm512_cvtepi32_epi8(_mm512_and_si512(wi, _mm512_set1_epi32(127))));
+        _mm_storeu_si128((__m128i *)(hi + 16 * (pk - p0)), _mm512_cvtepi32_epi8(_mm512_srai_epi32(wi, 7)));
+    }
+    return inv > 0.0f ? wmax / 16383.0f : 0.0f;
+}
+
+/* Units of 16 channels x 16 tokens, channel-group-major; each is 4 runs of 4
+ * tokens (64 residuals, dword c' = channel c'), two vpdpbusd per run and head
+ * against the 4 tokens' weight bytes. */
+static inline __attribute__((always_inline)) void pvg_heads(const kvc_pk_block *b, const float *p,
+                                                            int ldp, int j0, int j1, float *o,
+                                                            int ldo, const int NH) {
+    const int np = b->np, ncg = b->dim / KVC_PK_VGROUP, p0 = j0 / 16, p1 = (j1 + 15) / 16;
+    uint8_t wlo[4][KVC_PK_MAX_BLOCK] __attribute__((aligned(64))), whi[4][KVC_PK_MAX_BLOCK] __attribute__((aligned(64)));
+    float beta[4], mterm[4];
+    #pragma GCC unroll 4
+    for (int h = 0; h < NH; h++) beta[h] = fixed_weights(b, p + (size_t)h * ldp, j0, j1, wlo[h], whi[h], &mterm[h]);
+    const uint8_t *src = b->data;
+    for (int cg = 0, u = 0; cg < ncg; cg++) {
+        __m512i acl[4], ach[4];
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) acl[h] = ach[h] = _mm512_setzero_si512();
+        for (int pk = 0; pk < np; pk++, u++) {
+            int w = kvc_pk_unit_width(b, u);
+            if (pk < p0 || pk >= p1) { /* outside the range: skip its bytes */
+                src += 32 * w;
+                continue;
+            }
+            __m512i pmins = _mm512_permutexvar_epi8(
+                _mm512_load_si512(rep4),
+                _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)(b->pmins + (size_t)u * KVC_PK_VGROUP))));
+            const int t0 = 16 * (pk - p0);
+            #pragma GCC unroll 4
+            for (int run = 0; run < 4; run++) {
+                __m512i x = _mm512_add_epi8(residuals64(src + run * 8 * w, w), pmins);
+                #pragma GCC unroll 4
+                for (int h = 0; h < NH; h++) {
+                    acl[h] = dpbusd_bcst(acl[h], x, wlo[h] + t0 + 4 * run);
+                    ach[h] = dpbusd_bcst(ach[h], x, whi[h] + t0 + 4 * run);
+                }
+            }
+            src += 32 * w;
+        }
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) {
+            float *oh = o + (size_t)h * ldo + KVC_PK_VGROUP * cg;
+            __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ach[h]), _mm512_set1_ps(128.0f), _mm512_cvtepi32_ps(acl[h]));
+            __m512 sum = _mm512_fmadd_ps(dot, _mm512_set1_ps(beta[h]), _mm512_set1_ps(mterm[h]));
+            _mm512_storeu_ps(oh, _mm512_add_ps(_mm512_loadu_ps(oh), sum));
+        }
+    }
+}
+
+static void pvg_avx512(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
+                       int ldo) {
+    for (int h0 = 0; h0 < G; h0 += 4) {
+        const float *ph = p + (size_t)h0 * ldp;
+        float *oh = o + (size_t)h0 * ldo;
+        switch (G - h0 < 4 ? G - h0 : 4) {
+        case 1: pvg_heads(b, ph, ldp, j0, j1, oh, ldo, 1); break;
+        case 2: pvg_heads(b, ph, ldp, j0, j1, oh, ldo, 2); break;
+        case 3: pvg_heads(b, ph, ldp, j0, j1, oh, ldo, 3); break;
+        default: pvg_heads(b, ph, ldp, j0, j1, oh, ldo, 4); break;
         }
     }
 }
@@ -453,6 +564,10 @@ static void pv_avx512(const kvc_pk_block *b, const float *p, int ldp, int G, int
                       int ldo) {
     if (b->pack != 16) {
         narrow.pv(b, p, ldp, G, j0, j1, o, ldo);
+        return;
+    }
+    if (b->group != 1) {
+        pvg_avx512(b, p, ldp, G, j0, j1, o, ldo);
         return;
     }
     for (int h0 = 0; h0 < G; h0 += 4) {

@@ -35,8 +35,9 @@ kvc_status kvc_pk_cfg_check(const kvc_pk_cfg *cfg, const char *who) {
     KVC_CHECK(cfg->block >= cfg->pack && cfg->block <= KVC_PK_MAX_BLOCK && cfg->block % cfg->pack == 0,
               KVC_ERR_ARG, "%s: block=%d must be a multiple of pack=%d in %d..%d", who, cfg->block,
               cfg->pack, cfg->pack, KVC_PK_MAX_BLOCK);
-    KVC_CHECK(cfg->group == 0 || cfg->group == 1 || (cfg->group == KVC_PK_GROUP && cfg->pack == 16),
-              KVC_ERR_ARG, "%s: group=%d (allowed 1, or %d with pack=16)", who, cfg->group, KVC_PK_GROUP);
+    KVC_CHECK(cfg->group <= 1 || ((cfg->group == KVC_PK_KGROUP || cfg->group == KVC_PK_VGROUP) && cfg->pack == 16),
+              KVC_ERR_ARG, "%s: group=%d (allowed 1, or %d for keys / %d for values with pack=16)", who,
+              cfg->group, KVC_PK_KGROUP, KVC_PK_VGROUP);
     return KVC_OK;
 }
 
@@ -175,10 +176,15 @@ kvc_pk_block kvc_pk_block_of(const void *blob, int i) {
 
 int kvc_pk_n_blocks(const void *blob) { return ((const pkblob *)blob)->n_blocks; }
 
-/* Pack and channel of item `item`. */
-static void item_pc(int item, int np, int dim, int vmajor, int *p, int *c) {
-    *p = vmajor ? item % np : item / dim;
-    *c = vmajor ? item / np : item % dim;
+/* Pack and channel of the k-th item of unit u (the order of kvc_pk_unit). */
+static void unit_pc(int u, int k, int np, int dim, int group, int vmajor, int *p, int *c) {
+    if (vmajor) {
+        *p = u % np;
+        *c = u / np * group + k;
+    } else {
+        *p = u / (dim / group);
+        *c = u % (dim / group) * group + k;
+    }
 }
 
 /* The width of unit u, the largest of its `group` items' widths (codes
@@ -186,9 +192,9 @@ static void item_pc(int item, int np, int dim, int vmajor, int *p, int *c) {
 static int unit_width(const uint8_t *codes, int nb, int dim, int pack, int group, int vmajor, int u,
                       uint8_t *pmins) {
     int np = (nb + pack - 1) / pack, w = 0;
-    for (int item = u * group; item < (u + 1) * group; item++) {
-        int p, c, lo = 255, hi = 0;
-        item_pc(item, np, dim, vmajor, &p, &c);
+    for (int k = 0; k < group; k++) {
+        int item = u * group + k, p, c, lo = 255, hi = 0;
+        unit_pc(u, k, np, dim, group, vmajor, &p, &c);
         int t1 = (p + 1) * pack < nb ? (p + 1) * pack : nb;
         for (int t = p * pack; t < t1; t++) {
             int x8 = codes[(size_t)t * dim + c];
@@ -217,11 +223,11 @@ static void write_block(const float *mins, const uint16_t *scales, const uint16_
         int w = unit_width(codes, nb, dim, pack, group, vmajor, u, pmins), bytes = pack * group * w / 8;
         widths[u >> 1] |= (uint8_t)(w << ((u & 1) * 4));
         memset(out, 0, (size_t)bytes);
-        for (int k = 0; k < group && w; k++) { /* residual of token t, item k: number t * group + k */
+        for (int k = 0; k < group && w; k++) {
             int item = u * group + k, p, c;
-            item_pc(item, l.np, dim, vmajor, &p, &c);
+            unit_pc(u, k, l.np, dim, group, vmajor, &p, &c);
             for (int t = p * pack; t < (p + 1) * pack && t < nb; t++) {
-                int bit = ((t - p * pack) * group + k) * w;
+                int bit = kvc_pk_rindex(vmajor, group, t - p * pack, k) * w;
                 unsigned r = (unsigned)(codes[(size_t)t * dim + c] - pmins[item]) << (bit & 7);
                 out[bit >> 3] |= (uint8_t)r;
                 if ((bit & 7) + w > 8) out[(bit >> 3) + 1] |= (uint8_t)(r >> 8);
@@ -325,8 +331,11 @@ static kvc_status encode_pk(const kvc_codec *c, const float *x, int n, int ld, v
     KVC_CHECK(n >= 0 && ld >= c->dim, KVC_ERR_ARG, "%s: %d tokens with row stride %d (dim %d)", who, n,
               ld, c->dim);
     int group = cfg->group > 1 ? cfg->group : 1;
-    KVC_CHECK(group == 1 || (!vmajor && c->dim % group == 0), KVC_ERR_ARG,
-              "%s: group=%d needs keys whose dim is a multiple of it (dim %d)", who, group, c->dim);
+    KVC_CHECK(group == 1 || group == (vmajor ? KVC_PK_VGROUP : KVC_PK_KGROUP), KVC_ERR_ARG,
+              "%s: group=%d (the grouped layout of %s has %d channels per unit)", who, group,
+              vmajor ? "values" : "keys", vmajor ? KVC_PK_VGROUP : KVC_PK_KGROUP);
+    KVC_CHECK(c->dim % group == 0, KVC_ERR_ARG, "%s: group=%d needs a dim that is a multiple of it (dim %d)",
+              who, group, c->dim);
     pkblob *b = calloc(1, sizeof *b);
     if (!b) return kvc_fail(KVC_ERR_NOMEM, "%s: blob", who);
     *b = (pkblob){.dim = c->dim, .block = cfg->block, .pack = cfg->pack, .vmajor = vmajor,
@@ -377,10 +386,10 @@ static void decode_block(const kvc_pk_block *v, int j0, int j1, float *x, int ld
         int w = kvc_pk_unit_width(v, u);
         for (int k = 0; k < v->group; k++) {
             int item = u * v->group + k, p, c;
-            item_pc(item, v->np, v->dim, v->vmajor, &p, &c);
+            unit_pc(u, k, v->np, v->dim, v->group, v->vmajor, &p, &c);
             for (int t = p * v->pack; t < (p + 1) * v->pack; t++)
                 if (t >= j0 && t < j1) {
-                    int r = kvc_pk_residual(src, w, (t - p * v->pack) * v->group + k);
+                    int r = kvc_pk_residual(src, w, kvc_pk_rindex(v->vmajor, v->group, t - p * v->pack, k));
                     float s = kvc_bf16_to_f32(v->scales[t]);
                     float y = fmaf((float)(v->pmins[item] + r), s, v->mins[t]);
                     x[(size_t)(t - j0) * ld + c] = v->centers ? y + kvc_f16_to_f32(v->centers[c]) : y;

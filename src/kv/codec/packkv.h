@@ -20,16 +20,17 @@
  * multiple of 8). The last pack of a ragged block is padded with residual-0
  * tokens (mins 0, scales 0).
  *
- * Grouped keys (cfg.group = KVC_PK_GROUP = 4, packs of 16 only): the items
- * (p, 4g .. 4g+3) form one unit with one width, the largest of its four items'
- * widths (pmins stay per item). Its 64 residuals are stored token-major:
- * residual i = 4t + c' (token t, channel 4g + c') in bits i*w .. i*w + w - 1,
- * 8w bytes, so that qword k holds tokens 2k and 2k+1 and starts on byte k*w.
- * A byte decoder (vpermb, vpmultishiftqb, a mask) turns a unit into the u8
- * codes of 16 tokens x 4 channels, which is the operand shape of vpdpbusd:
- * the key kernel then needs no float conversion and one instruction per 64
- * codes and head (a 5-11% larger payload than per-item widths; the
- * measurements are in docs/benchmarks.md "PackKV").
+ * Grouped layout (cfg.group > 1, packs of 16 only): the packs of `group`
+ * consecutive channels (4 for keys, 16 for values) form one unit with one
+ * width, the largest of its items' widths (pmins stay per item). Residual i of
+ * a unit sits in bits i*w .. i*w + w - 1, numbered so that every 64 residuals
+ * (8w bytes, qword k from byte k*w) are the operand of one vpdpbusd: keys
+ * token-major (i = 4t + c', c' the channel in the unit: dword t = 4 channels
+ * of token t), values in runs of 4 tokens (i = 64 (t/4) + 4c' + t%4: dword c'
+ * = 4 tokens of channel c'). A byte decoder (vpermb, vpmultishiftqb, a mask)
+ * gives u8 codes that the integer kernels take without any float conversion,
+ * one instruction per 64 codes, head and precision plane. The price is a few
+ * percent more payload than per-item widths (docs/benchmarks.md "PackKV").
  *
  * Block (nb <= block tokens, np = ceil(nb/pack) packs per channel, npad =
  * np*pack, items = np*dim packs), byte offsets from its start:
@@ -76,7 +77,8 @@ enum {
     KVC_PK_MAX_BLOCK = 1024, /* tokens per block */
     KVC_PK_MAX_DIM = 1024,   /* channels per vector */
     KVC_PK_OVERREAD = 64,    /* bytes the SIMD kernels may read past an item or unit */
-    KVC_PK_GROUP = 4,        /* key channels per unit in the grouped layout */
+    KVC_PK_KGROUP = 4,       /* key channels per unit in the grouped layout */
+    KVC_PK_VGROUP = 16,      /* value channels per unit in the grouped layout */
 };
 
 #define KVC_PK_MIN_REL (1.0f / 250.0f)
@@ -88,8 +90,8 @@ typedef struct kvc_pk_cfg {
     int block; /* tokens per independent block, a multiple of pack */
     int pack;  /* tokens per pack: 8 or 16 */
     int center; /* 1: subtract the block medians of offset channels (f16) before quantizing */
-    int group;  /* keys: channels sharing one width, 1 (per pack and channel) or KVC_PK_GROUP;
-                   0 counts as 1 */
+    int group;  /* channels sharing one width: 1 (per pack and channel, the paper's), or the
+                   grouped layout: KVC_PK_KGROUP for keys, KVC_PK_VGROUP for values; 0 counts as 1 */
 } kvc_pk_cfg;
 
 /* Validates a cfg; the message names the field and value. */
@@ -125,11 +127,23 @@ typedef struct kvc_pk_block {
     const uint8_t *data;    /* residual bytes, item order */
     int n, np, dim, pack;
     int vmajor;             /* 0: keys (pack-major items), 1: values (channel-major) */
-    int group;              /* items per unit (one width, interleaved residuals): 1 or KVC_PK_GROUP */
+    int group;              /* items per unit (one width, interleaved residuals) */
 } kvc_pk_block;
 
+/* Units in the order of the residual bytes: keys pack-major (u = p * dim/group
+ * + c/group), values channel-group-major (u = c/group * np + p). Item = the
+ * unit's items in channel order: u * group + c % group (pmins are per item). */
+static inline int kvc_pk_unit(const kvc_pk_block *b, int p, int c) {
+    return b->vmajor ? c / b->group * b->np + p : p * (b->dim / b->group) + c / b->group;
+}
 static inline int kvc_pk_item(const kvc_pk_block *b, int p, int c) {
-    return b->vmajor ? c * b->np + p : p * b->dim + c;
+    return kvc_pk_unit(b, p, c) * b->group + c % b->group;
+}
+/* Number of the residual of token t (< pack) of a unit's k-th channel: keys
+ * token-major (t * group + k); grouped values in runs of 4 tokens per channel
+ * ((t/4) * 4 group + 4k + t%4); values with group 1: t. */
+static inline int kvc_pk_rindex(int vmajor, int group, int t, int k) {
+    return !vmajor ? t * group + k : group == 1 ? t : (t >> 2) * 4 * group + 4 * k + (t & 3);
 }
 /* Width of unit u (the item itself when group is 1). */
 static inline int kvc_pk_unit_width(const kvc_pk_block *b, int u) {
@@ -139,9 +153,9 @@ static inline int kvc_pk_item_width(const kvc_pk_block *b, int item) {
     return kvc_pk_unit_width(b, item / b->group);
 }
 
-/* Residual of token t (0..pack-1) in an item whose bytes start at src. */
-static inline int kvc_pk_residual(const uint8_t *src, int w, int t) {
-    int bit = t * w;
+/* Residual number i (kvc_pk_rindex) of a unit whose bytes start at src. */
+static inline int kvc_pk_residual(const uint8_t *src, int w, int i) {
+    int bit = i * w;
     unsigned two = src[bit >> 3] | (w && (bit & 7) + w > 8 ? (unsigned)src[(bit >> 3) + 1] << 8 : 0u);
     return (int)((two >> (bit & 7)) & ((1u << w) - 1));
 }

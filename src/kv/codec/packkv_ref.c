@@ -31,7 +31,7 @@ static void qk_ref(const kvc_pk_block *b, const float *q, int ldq, int G, int j0
                     int c = cu + k;
                     dmin += qh[c] * (float)b->pmins[kvc_pk_item(b, p, c)];
                     for (int t = 0; t < b->pack; t++)
-                        acc[t] += qh[c] * (float)kvc_pk_residual(src, w, t * g + k);
+                        acc[t] += qh[c] * (float)kvc_pk_residual(src, w, kvc_pk_rindex(0, g, t, k));
                 }
                 src += (size_t)b->pack * g * w / 8;
             }
@@ -45,29 +45,29 @@ static void qk_ref(const kvc_pk_block *b, const float *q, int ldq, int G, int j0
     }
 }
 
+/* Values: every unit of the block in order (either layout), each adding its
+ * tokens inside [j0, j1) to its channels' sums. */
 static void pv_ref(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
                    int ldo) {
-    int p0 = j0 / b->pack, p1 = (j1 + b->pack - 1) / b->pack;
+    int g = b->group, units = b->np * b->dim / g;
     for (int h = 0; h < G; h++) {
         const float *ph = p + (size_t)h * ldp - j0; /* ph[j]: weight of block token j */
-        float *oh = o + (size_t)h * ldo, mterm = 0.0f;
+        float *oh = o + (size_t)h * ldo, mterm = 0.0f, acc[KVC_PK_MAX_DIM] = {0};
         for (int j = j0; j < j1; j++) mterm += ph[j] * b->mins[j];
-        for (int c = 0; c < b->dim; c++) {
-            int first = kvc_pk_item(b, p0, c);
-            const uint8_t *src = b->data + kvc_pk_unit_offset(b, first);
-            float acc = 0.0f;
-            for (int pk = p0; pk < p1; pk++) {
-                int item = kvc_pk_item(b, pk, c), w = kvc_pk_item_width(b, item);
+        const uint8_t *src = b->data;
+        for (int u = 0; u < units; u++) {
+            int w = kvc_pk_unit_width(b, u), pk = u % b->np, c0 = u / b->np * g;
+            for (int k = 0; k < g; k++)
                 for (int t = 0; t < b->pack; t++) {
                     int j = pk * b->pack + t;
                     if (j < j0 || j >= j1) continue;
                     float wt = ph[j] * kvc_bf16_to_f32(b->scales[j]);
-                    acc += wt * (float)(b->pmins[item] + kvc_pk_residual(src, w, t));
+                    int r = kvc_pk_residual(src, w, kvc_pk_rindex(1, g, t, k));
+                    acc[c0 + k] += wt * (float)(b->pmins[u * g + k] + r);
                 }
-                src += (size_t)b->pack * w / 8;
-            }
-            oh[c] += acc + mterm;
+            src += (size_t)b->pack * g * w / 8;
         }
+        for (int c = 0; c < b->dim; c++) oh[c] += acc[c] + mterm;
     }
 }
 

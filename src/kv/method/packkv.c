@@ -31,10 +31,11 @@ typedef struct packkv_cfg {
     int repack; /* kvc_pk_repack */
     int window;
     int center; /* bit 0: keys centered, bit 1: values (none|k|v|kv) */
-    int kgroup; /* key channels sharing one pack width: 1 or KVC_PK_GROUP */
+    int layout; /* LAYOUT_PAPER: a width per pack and channel; LAYOUT_GROUPED: per unit (packkv.h) */
 } packkv_cfg;
 
 enum { CENTER_K = 1, CENTER_V = 2 }; /* the bits of `center` (none|k|v|kv) */
+enum { LAYOUT_PAPER, LAYOUT_GROUPED };
 
 typedef struct packkv_state {
     packkv_cfg cfg;
@@ -61,9 +62,10 @@ static const kvc_param packkv_params[] = {
     {.key = "center", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, center), .def = "k",
      .choices = "none|k|v|kv",
      .help = "subtract the block medians of offset channels (f16) before quantizing: none, k, v, kv"},
-    {.key = "kgroup", .type = KVC_PARAM_INT, .offset = offsetof(packkv_cfg, kgroup), .def = "1",
-     .min = 1, .max = KVC_PK_GROUP,
-     .help = "key channels per pack width: 1 (the paper's layout) or 4 (byte-dot kernels, pack=16)"},
+    {.key = "layout", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, layout), .def = "paper",
+     .choices = "paper|grouped",
+     .help = "pack widths per pack and channel (paper), or per 4 key / 16 value channels (grouped: "
+             "the integer byte kernels; pack=16)"},
 };
 
 static kvc_status packkv_check(const void *cfgp) {
@@ -74,8 +76,8 @@ static kvc_status packkv_check(const void *cfgp) {
               "method packkv: kblock=%d is not a multiple of pack=%d", c->kblock, c->pack);
     KVC_CHECK(c->vblock % c->pack == 0, KVC_ERR_ARG,
               "method packkv: vblock=%d is not a multiple of pack=%d", c->vblock, c->pack);
-    KVC_CHECK(c->kgroup == 1 || (c->kgroup == KVC_PK_GROUP && c->pack == 16), KVC_ERR_ARG,
-              "method packkv: kgroup=%d (allowed 1, or %d with pack=16)", c->kgroup, KVC_PK_GROUP);
+    KVC_CHECK(c->layout == LAYOUT_PAPER || c->pack == 16, KVC_ERR_ARG,
+              "method packkv: layout=grouped needs pack=16 (pack=%d)", c->pack);
     int lo = c->kblock < c->vblock ? c->kblock : c->vblock, hi = c->kblock ^ c->vblock ^ lo;
     KVC_CHECK(hi % lo == 0, KVC_ERR_ARG,
               "method packkv: kblock=%d and vblock=%d: the larger must be a multiple of the smaller "
@@ -86,17 +88,17 @@ static kvc_status packkv_check(const void *cfgp) {
 
 static kvc_status packkv_create(const kvc_method_env *env, void **state) {
     KVC_TRY(packkv_check(env->cfg));
-    int kgroup = ((const packkv_cfg *)env->cfg)->kgroup;
-    KVC_CHECK(env->head_dim % kgroup == 0, KVC_ERR_ARG,
-              "method packkv: kgroup=%d needs a head dim that is a multiple of it (head dim %d)", kgroup,
-              env->head_dim);
+    int grouped = ((const packkv_cfg *)env->cfg)->layout == LAYOUT_GROUPED;
+    KVC_CHECK(!grouped || env->head_dim % KVC_PK_VGROUP == 0, KVC_ERR_ARG,
+              "method packkv: layout=grouped needs a head dim that is a multiple of %d (head dim %d)",
+              KVC_PK_VGROUP, env->head_dim);
     packkv_state *st = calloc(1, sizeof *st);
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "packkv state");
     st->cfg = *(const packkv_cfg *)env->cfg;
     st->k = (kvc_pk_cfg){.rel = st->cfg.krel, .block = st->cfg.kblock, .pack = st->cfg.pack,
-                         .center = (st->cfg.center & CENTER_K) != 0, .group = st->cfg.kgroup};
+                         .center = (st->cfg.center & CENTER_K) != 0, .group = grouped ? KVC_PK_KGROUP : 1};
     st->v = (kvc_pk_cfg){.rel = st->cfg.vrel, .block = st->cfg.vblock, .pack = st->cfg.pack,
-                         .center = (st->cfg.center & CENTER_V) != 0};
+                         .center = (st->cfg.center & CENTER_V) != 0, .group = grouped ? KVC_PK_VGROUP : 1};
     st->unit = st->cfg.kblock > st->cfg.vblock ? st->cfg.kblock : st->cfg.vblock;
     kvc_status s = kvc_pk_cfg_check(&st->k, "method packkv (K)");
     if (s == KVC_OK) s = kvc_pk_cfg_check(&st->v, "method packkv (V)");
