@@ -196,17 +196,44 @@ static inline __attribute__((always_inline)) __m512i unit_codes(const uint8_t *s
     return _mm512_add_epi8(residuals64(src, w), _mm512_set1_epi32((int)pmin4));
 }
 
+/* The fixed-point query of up to 8 heads, as qkg_heads uses it. A decode step
+ * calls the kernel once per block of 64 keys with the same query; the last
+ * one is kept per thread and reused while the query's bits are the same
+ * (a comparison is a quarter of the rounding's cost). */
+enum { QMEMO_DIM = 256 };
+typedef struct fixed_q {
+    int32_t lo[8][KVC_PK_MAX_DIM / KVC_PK_KGROUP], hi[8][KVC_PK_MAX_DIM / KVC_PK_KGROUP];
+    float qs[8], qsum[8];
+} fixed_q;
+
+static __thread struct {
+    int nh, dim;                /* 0: empty */
+    float q[8][QMEMO_DIM];      /* the query the planes were made from */
+    fixed_q f;
+} qmemo;
+
+static const fixed_q *prepare_query(const float *q, int ldq, int nh, int dim, fixed_q *scratch) {
+    int memo = dim <= QMEMO_DIM, same = memo && qmemo.nh == nh && qmemo.dim == dim;
+    for (int h = 0; h < nh && same; h++)
+        same = memcmp(qmemo.q[h], q + (size_t)h * ldq, sizeof(float) * (size_t)dim) == 0;
+    if (same) return &qmemo.f;
+    fixed_q *f = memo ? &qmemo.f : scratch;
+    for (int h = 0; h < nh; h++) {
+        const float *qh = q + (size_t)h * ldq;
+        f->qs[h] = fixed_query(qh, dim, f->lo[h], f->hi[h]);
+        f->qsum[h] = sum_f32(qh, dim);
+        if (memo) memcpy(qmemo.q[h], qh, sizeof(float) * (size_t)dim);
+    }
+    if (memo) qmemo.nh = nh, qmemo.dim = dim;
+    return f;
+}
+
 static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *b, const float *q,
                                                             int ldq, int j0, int j1, float *s,
                                                             int lds, const int NH) {
     const int dim = b->dim, ng = dim / KVC_PK_KGROUP, p0 = j0 / 16, p1 = (j1 + 15) / 16;
-    int32_t qlo[8][KVC_PK_MAX_DIM / KVC_PK_KGROUP], qhi[8][KVC_PK_MAX_DIM / KVC_PK_KGROUP];
-    float qs[8], qsum[8];
-    #pragma GCC unroll 8
-    for (int h = 0; h < NH; h++) {
-        qs[h] = fixed_query(q + (size_t)h * ldq, dim, qlo[h], qhi[h]);
-        qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
-    }
+    fixed_q scratch;
+    const fixed_q *fq = prepare_query(q, ldq, NH, dim, &scratch);
     const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0 * ng);
     for (int p = p0; p < p1; p++) {
         __m512i acc[8], ach[8];
@@ -229,8 +256,8 @@ static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *
             src += 8 * w;
             #pragma GCC unroll 8
             for (int h = 0; h < NH; h++) {
-                acc[h] = dpbusd_bcst(acc[h], x, &qlo[h][g]);
-                ach[h] = dpbusd_bcst(ach[h], x, &qhi[h][g]);
+                acc[h] = dpbusd_bcst(acc[h], x, &fq->lo[h][g]);
+                ach[h] = dpbusd_bcst(ach[h], x, &fq->hi[h][g]);
             }
         }
         __m512 sc = bf16x16(b->scales + 16 * p), mn = _mm512_loadu_ps(b->mins + 16 * p);
@@ -240,8 +267,8 @@ static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *
             /* 128 hi + lo in f32: the i32 sum could overflow for dims near 1024 */
             __m512 dot = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ach[h]), _mm512_set1_ps(128.0f),
                                          _mm512_cvtepi32_ps(acc[h]));
-            __m512 x = _mm512_mul_ps(dot, _mm512_set1_ps(qs[h]));
-            x = _mm512_fmadd_ps(mn, _mm512_set1_ps(qsum[h]), _mm512_mul_ps(sc, x));
+            __m512 x = _mm512_mul_ps(dot, _mm512_set1_ps(fq->qs[h]));
+            x = _mm512_fmadd_ps(mn, _mm512_set1_ps(fq->qsum[h]), _mm512_mul_ps(sc, x));
             _mm512_mask_storeu_ps(s + (size_t)h * lds + 16 * p - j0, k, x);
         }
     }
