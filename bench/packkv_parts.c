@@ -21,9 +21,10 @@
  *   packkv_parts hot [REL [grouped]]
  *     The kernels alone in the CPU cache: one blob of 1024 synthetic tokens of
  *     64 channels (K blocks of 64, V blocks of 128, packs of 16, rel REL,
- *     default 0.1; the paper's layout, or the grouped one), G = 3; the best of 300 runs of q.k and p.v over it, in ns
- *     per pack and channel (16 elements, 3 heads), and dense f16's q.k / p.v
- *     over the same tokens per 16 elements, thread CPU clock.
+ *     default 0.1; the paper's layout, or the grouped one), G = 3; the best
+ *     of 300 runs of q.k and p.v over it, in ns per pack and channel (16
+ *     elements, 3 heads), and dense f16's q.k / p.v over the same tokens per
+ *     16 elements, thread CPU clock.
  *
  * Build (after `make` / cmake --build build):
  *   gcc -O2 -std=gnu11 -Iinclude -Isrc bench/packkv_parts.c build/libkvcomp.a \
@@ -237,10 +238,12 @@ static void hot(float rel, int grouped) {
     K.ops->bytes(&K, kb, &pk, &mk);
     V.ops->bytes(&V, vb, &pv, &mv);
     double per = 1e9 / ((double)N * DIM / 16);
-    printf("hot cache, %d tokens x %d, G %d, rel %g, %s layout: packkv q.k %.2f p.v %.2f ns per pack and channel; "
+    printf("hot cache, %d tokens x %d, G %d, rel %g, %s layout: packkv q.k %.2f p.v %.2f ns per "
+           "pack and channel; "
            "f16 q.k %.2f p.v %.2f ns per 16 elements; K %.2f V %.2f bits/el\n",
-           N, DIM, GH, (double)rel, grouped ? "grouped" : "paper", best[0] * per, best[1] * per, best[2] * per, best[3] * per,
-           8.0 * (double)(pk + mk) / N / DIM, 8.0 * (double)(pv + mv) / N / DIM);
+           N, DIM, GH, (double)rel, grouped ? "grouped" : "paper", best[0] * per, best[1] * per,
+           best[2] * per, best[3] * per, 8.0 * (double)(pk + mk) / N / DIM,
+           8.0 * (double)(pv + mv) / N / DIM);
     K.ops->free(&K, kb), V.ops->free(&V, vb), F.ops->free(&F, fb);
     free(x);
 }
@@ -258,6 +261,7 @@ int main(int argc, char **argv) {
         time_parts(argv[2], atoi(argv[3]), argv[4], argc > 5 ? atoi(argv[5]) : 5);
         return 0;
     }
-    fprintf(stderr, "usage: packkv_parts ratio DUMP SPEC... | time DUMP CTX SPEC [REPS] | hot [REL [grouped]]\n");
+    fprintf(stderr, "usage: packkv_parts ratio DUMP SPEC... | time DUMP CTX SPEC [REPS] | hot [REL "
+                    "[grouped]]\n");
     return 2;
 }

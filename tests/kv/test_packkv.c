@@ -461,7 +461,8 @@ static void test_attention_matches_reference(void **state) {
     check_matches_reference("packkv+h2o:budget=0.5", 600, 100);
     check_matches_reference("packkv:center=k", 700, 150);
     check_matches_reference("packkv:layout=grouped", 700, 150);
-    check_matches_reference("packkv:layout=grouped,repack=greedy,kblock=128,vblock=64,center=kv", 400, 80);
+    check_matches_reference("packkv:layout=grouped,repack=greedy,kblock=128,vblock=64,center=kv",
+                            400, 80);
     check_matches_reference("packkv:layout=grouped,kblock=1024,vblock=512,window=0", 1100, 40);
     check_matches_reference("packkv:center=kv,repack=greedy,kblock=128,vblock=64,pack=8", 400, 80);
     check_matches_reference("packkv:center=v,window=0+h2o:budget=0.5", 600, 100);
@@ -506,12 +507,12 @@ static void test_bad_parameters(void **state) {
     assert_int_equal(v.ops->encode(&v, x, 1, D, &blob), KVC_ERR_ARG); /* values group 16 channels */
     assert_non_null(strstr(kvc_last_error(), "group=4"));
     kvc_codec odd = {.ops = &kvc_codec_packkv_k, .dim = 6, .cfg = &grouped};
-    assert_int_equal(odd.ops->encode(&odd, x, 1, 6, &blob), KVC_ERR_ARG); /* dim not a multiple of 4 */
+    /* dim not a multiple of 4 */
+    assert_int_equal(odd.ops->encode(&odd, x, 1, 6, &blob), KVC_ERR_ARG);
     assert_non_null(strstr(kvc_last_error(), "dim 6"));
     grouped.pack = 8;
-    assert_int_equal(c.ops->encode(&(kvc_codec){.ops = &kvc_codec_packkv_k, .dim = D, .cfg = &grouped}, x, 1,
-                                   D, &blob),
-                     KVC_ERR_ARG);
+    kvc_codec narrow = {.ops = &kvc_codec_packkv_k, .dim = D, .cfg = &grouped};
+    assert_int_equal(narrow.ops->encode(&narrow, x, 1, D, &blob), KVC_ERR_ARG);
     assert_non_null(strstr(kvc_last_error(), "group=4"));
 }
 

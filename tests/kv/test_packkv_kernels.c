@@ -88,8 +88,10 @@ static void run_case(const kcase *k) {
                 kvc_pk_ref.qk(&b, q, k->dim, k->G, j0, j1, sr, k->n);
                 kvc_pk_k.qk(&b, q, k->dim, k->G, j0, j1, sa, k->n);
                 for (int h = 0; h < k->G; h++) {
-                    double qmax = 0; /* grouped keys: the SIMD kernel rounds the query to steps of qmax/16383 */
-                    for (int d = 0; d < k->dim; d++) qmax = fmax(qmax, fabs(q[h * k->dim + d]));
+                    /* grouped keys: the SIMD kernel rounds the query to steps of qmax/16383 */
+                    double qmax = 0;
+                    for (int d = 0; d < k->dim; d++)
+                        qmax = fmax(qmax, fabs(q[h * k->dim + d]));
                     for (int j = j0; j < j1; j++) {
                         double exact = 0, mag = 0, spread = 0;
                         for (int d = 0; d < k->dim; d++) {

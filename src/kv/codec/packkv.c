@@ -35,9 +35,10 @@ kvc_status kvc_pk_cfg_check(const kvc_pk_cfg *cfg, const char *who) {
     KVC_CHECK(cfg->block >= cfg->pack && cfg->block <= KVC_PK_MAX_BLOCK && cfg->block % cfg->pack == 0,
               KVC_ERR_ARG, "%s: block=%d must be a multiple of pack=%d in %d..%d", who, cfg->block,
               cfg->pack, cfg->pack, KVC_PK_MAX_BLOCK);
-    KVC_CHECK(cfg->group <= 1 || ((cfg->group == KVC_PK_KGROUP || cfg->group == KVC_PK_VGROUP) && cfg->pack == 16),
-              KVC_ERR_ARG, "%s: group=%d (allowed 1, or %d for keys / %d for values with pack=16)", who,
-              cfg->group, KVC_PK_KGROUP, KVC_PK_VGROUP);
+    KVC_CHECK(cfg->group <= 1 ||
+                  ((cfg->group == KVC_PK_KGROUP || cfg->group == KVC_PK_VGROUP) && cfg->pack == 16),
+              KVC_ERR_ARG, "%s: group=%d (allowed 1, or %d for keys / %d for values with pack=16)",
+              who, cfg->group, KVC_PK_KGROUP, KVC_PK_VGROUP);
     return KVC_OK;
 }
 
@@ -220,7 +221,8 @@ static void write_block(const float *mins, const uint16_t *scales, const uint16_
     if (centers) memcpy(dst + l.o_centers, centers, sizeof *centers * (size_t)dim);
     uint8_t *widths = dst + l.o_widths, *pmins = dst + l.o_pmins, *out = dst + l.o_data;
     for (int u = 0; u < l.units; u++) {
-        int w = unit_width(codes, nb, dim, pack, group, vmajor, u, pmins), bytes = pack * group * w / 8;
+        int w = unit_width(codes, nb, dim, pack, group, vmajor, u, pmins),
+            bytes = pack * group * w / 8;
         widths[u >> 1] |= (uint8_t)(w << ((u & 1) * 4));
         memset(out, 0, (size_t)bytes);
         for (int k = 0; k < group && w; k++) {
@@ -244,7 +246,8 @@ static uint32_t block_bytes(const uint8_t *codes, int nb, int dim, int pack, int
     layout l = layout_of(nb, dim, pack, group, has_centers);
     uint32_t data = 0;
     for (int u = 0; u < l.units; u++)
-        data += (uint32_t)(pack * group * unit_width(codes, nb, dim, pack, group, vmajor, u, NULL) / 8);
+        data +=
+            (uint32_t)(pack * group * unit_width(codes, nb, dim, pack, group, vmajor, u, NULL) / 8);
     *residual = data;
     return (l.o_data + data + 3) & ~3u;
 }
@@ -310,8 +313,8 @@ static kvc_status append_pk(const kvc_codec *c, void *blob, const float *x, int 
         uint64_t at = b->n_blocks ? b->offs[b->n_blocks] : 0;
         st = reserve(b, b->n_blocks + 1, at + bytes);
         if (st != KVC_OK) break;
-        write_block(mins, scales, has_centers ? centers : NULL, codes, nb, b->dim, b->pack, b->group,
-                    b->vmajor, b->data + at);
+        write_block(mins, scales, has_centers ? centers : NULL, codes, nb, b->dim, b->pack,
+                    b->group, b->vmajor, b->data + at);
         b->centered[b->n_blocks] = (uint8_t)has_centers;
         b->offs[b->n_blocks] = (uint32_t)at;
         b->offs[++b->n_blocks] = (uint32_t)(at + bytes);
@@ -334,8 +337,8 @@ static kvc_status encode_pk(const kvc_codec *c, const float *x, int n, int ld, v
     KVC_CHECK(group == 1 || group == (vmajor ? KVC_PK_VGROUP : KVC_PK_KGROUP), KVC_ERR_ARG,
               "%s: group=%d (the grouped layout of %s has %d channels per unit)", who, group,
               vmajor ? "values" : "keys", vmajor ? KVC_PK_VGROUP : KVC_PK_KGROUP);
-    KVC_CHECK(c->dim % group == 0, KVC_ERR_ARG, "%s: group=%d needs a dim that is a multiple of it (dim %d)",
-              who, group, c->dim);
+    KVC_CHECK(c->dim % group == 0, KVC_ERR_ARG,
+              "%s: group=%d needs a dim that is a multiple of it (dim %d)", who, group, c->dim);
     pkblob *b = calloc(1, sizeof *b);
     if (!b) return kvc_fail(KVC_ERR_NOMEM, "%s: blob", who);
     *b = (pkblob){.dim = c->dim, .block = cfg->block, .pack = cfg->pack, .vmajor = vmajor,
@@ -389,10 +392,12 @@ static void decode_block(const kvc_pk_block *v, int j0, int j1, float *x, int ld
             unit_pc(u, k, v->np, v->dim, v->group, v->vmajor, &p, &c);
             for (int t = p * v->pack; t < (p + 1) * v->pack; t++)
                 if (t >= j0 && t < j1) {
-                    int r = kvc_pk_residual(src, w, kvc_pk_rindex(v->vmajor, v->group, t - p * v->pack, k));
+                    int r = kvc_pk_residual(src, w,
+                                            kvc_pk_rindex(v->vmajor, v->group, t - p * v->pack, k));
                     float s = kvc_bf16_to_f32(v->scales[t]);
                     float y = fmaf((float)(v->pmins[item] + r), s, v->mins[t]);
-                    x[(size_t)(t - j0) * ld + c] = v->centers ? y + kvc_f16_to_f32(v->centers[c]) : y;
+                    x[(size_t)(t - j0) * ld + c] =
+                        v->centers ? y + kvc_f16_to_f32(v->centers[c]) : y;
                 }
         }
         src += (size_t)v->pack * v->group * w / 8;

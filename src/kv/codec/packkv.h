@@ -164,7 +164,6 @@ static inline int kvc_pk_residual(const uint8_t *src, int w, int i) {
  * with group 1 a unit is an item. */
 uint32_t kvc_pk_unit_offset(const kvc_pk_block *b, int u);
 
-
 /* The fused kernels on one block, for block tokens j0 <= j < j1:
  * qk: s[h*lds + j - j0] = q_h . key_j, h < G, q rows ldq apart;
  * pv: o[h*ldo + c] += sum_j p[h*ldp + j - j0] * value_jc. */

@@ -10,7 +10,8 @@
 
 uint32_t kvc_pk_unit_offset(const kvc_pk_block *b, int u) {
     uint32_t off = 0;
-    for (int i = 0; i < u; i++) off += (uint32_t)(b->pack * b->group * kvc_pk_unit_width(b, i) / 8);
+    for (int i = 0; i < u; i++)
+        off += (uint32_t)(b->pack * b->group * kvc_pk_unit_width(b, i) / 8);
     return off;
 }
 
@@ -67,7 +68,8 @@ static void pv_ref(const kvc_pk_block *b, const float *p, int ldp, int G, int j0
                 }
             src += (size_t)b->pack * g * w / 8;
         }
-        for (int c = 0; c < b->dim; c++) oh[c] += acc[c] + mterm;
+        for (int c = 0; c < b->dim; c++)
+            oh[c] += acc[c] + mterm;
     }
 }
 

@@ -31,7 +31,7 @@ typedef struct packkv_cfg {
     int repack; /* kvc_pk_repack */
     int window;
     int center; /* bit 0: keys centered, bit 1: values (none|k|v|kv) */
-    int layout; /* LAYOUT_PAPER: a width per pack and channel; LAYOUT_GROUPED: per unit (packkv.h) */
+    int layout; /* LAYOUT_PAPER: a width per pack and channel, LAYOUT_GROUPED: per unit */
 } packkv_cfg;
 
 enum { CENTER_K = 1, CENTER_V = 2 }; /* the bits of `center` (none|k|v|kv) */
@@ -65,7 +65,7 @@ static const kvc_param packkv_params[] = {
     {.key = "layout", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, layout), .def = "paper",
      .choices = "paper|grouped",
      .help = "pack widths per pack and channel (paper), or per 4 key / 16 value channels (grouped: "
-             "the integer byte kernels; pack=16)"},
+             "integer byte kernels on AVX-512, the scalar reference elsewhere; pack=16)"},
 };
 
 static kvc_status packkv_check(const void *cfgp) {
