@@ -37,10 +37,10 @@
  *   f32  mins[npad] | u16 scales[npad] (bf16) | u8 widths[(units+1)/2]
  *   (nibbles, unit u in the low nibble of byte u/2 when u is even; units =
  *   items / group) | u8 pmins[items] | residual bytes of the units in order.
- * Item order: keys pack-major (item = p*dim + c: the fused q.k walks the
- * channels of one pack with tokens in SIMD lanes); values channel-major
- * (item = c*np + p: the fused p.v walks the packs of one channel with one
- * accumulator per channel). Blocks are independent; the blob holds a table of
+ * Item order with group 1: keys pack-major (item = p*dim + c: the fused q.k
+ * walks the channels of one pack with tokens in SIMD lanes); values
+ * channel-major (item = c*np + p: the fused p.v walks the packs of one channel
+ * with one accumulator per channel); kvc_pk_unit below for every group. Blocks are independent; the blob holds a table of
  * block offsets, so appending blocks never touches old ones.
  *
  * Channel centers (cfg.center = 1): an offset channel is one whose median

@@ -13,7 +13,9 @@
  * under the same permutation); the chunk's positions record the permutation
  * (none when repack=none). `center` subtracts the block medians of offset
  * channels before the token-wise quantization (packkv.h: a bias channel of
- * the keys otherwise sets every token's range). As a base it stacks with +h2o
+ * the keys otherwise sets every token's range); `layout=grouped` shares one
+ * pack width among 4 key / 16 value channels for the integer byte kernels
+ * (packkv.h). As a base it stacks with +h2o
  * (eviction; compaction re-encodes decoded rows, which re-quantizes them). */
 #include <stddef.h>
 #include <stdlib.h>
@@ -96,9 +98,11 @@ static kvc_status packkv_create(const kvc_method_env *env, void **state) {
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "packkv state");
     st->cfg = *(const packkv_cfg *)env->cfg;
     st->k = (kvc_pk_cfg){.rel = st->cfg.krel, .block = st->cfg.kblock, .pack = st->cfg.pack,
-                         .center = (st->cfg.center & CENTER_K) != 0, .group = grouped ? KVC_PK_KGROUP : 1};
+                         .center = (st->cfg.center & CENTER_K) != 0,
+                         .group = grouped ? KVC_PK_KGROUP : 1};
     st->v = (kvc_pk_cfg){.rel = st->cfg.vrel, .block = st->cfg.vblock, .pack = st->cfg.pack,
-                         .center = (st->cfg.center & CENTER_V) != 0, .group = grouped ? KVC_PK_VGROUP : 1};
+                         .center = (st->cfg.center & CENTER_V) != 0,
+                         .group = grouped ? KVC_PK_VGROUP : 1};
     st->unit = st->cfg.kblock > st->cfg.vblock ? st->cfg.kblock : st->cfg.vblock;
     kvc_status s = kvc_pk_cfg_check(&st->k, "method packkv (K)");
     if (s == KVC_OK) s = kvc_pk_cfg_check(&st->v, "method packkv (V)");
