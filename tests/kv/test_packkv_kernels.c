@@ -187,12 +187,47 @@ static void test_every_gqa_group(void **state) {
         }
 }
 
+/* The grouped key kernel keeps the last query's fixed-point planes per
+ * thread: a query rewritten in place (one element, the sign of another, all
+ * of it scaled) must be rounded afresh, never served from the old planes. */
+static void test_query_rewritten_in_place(void **state) {
+    (void)state;
+    enum { N = 64, DIM = 64, GG = 3 };
+    kvc_pk_cfg cfg = {.rel = 0.1f, .block = 64, .pack = 16, .group = KVC_PK_KGROUP};
+    float *x = make(N, DIM, KIND_RANDOM), q[GG * DIM], sa[GG * N], sr[GG * N];
+    kvc_codec c = {.ops = &kvc_codec_packkv_k, .dim = DIM, .cfg = &cfg};
+    void *blob;
+    assert_int_equal(c.ops->encode(&c, x, N, DIM, &blob), KVC_OK);
+    kvc_pk_block b = kvc_pk_block_of(blob, 0);
+    for (int i = 0; i < GG * DIM; i++) q[i] = frand();
+    for (int round = 0; round < 4; round++) {
+        if (round == 1) q[5] += 0.25f;
+        if (round == 2) q[DIM + 7] = -q[DIM + 7];
+        if (round == 3)
+            for (int i = 0; i < GG * DIM; i++) q[i] *= 3.0f;
+        kvc_pk_k.qk(&b, q, DIM, GG, 0, N, sa, N);
+        kvc_pk_ref.qk(&b, q, DIM, GG, 0, N, sr, N);
+        for (int h = 0; h < GG; h++)
+            for (int j = 0; j < N; j++) {
+                double mag = 0;
+                for (int d = 0; d < DIM; d++)
+                    mag += fabs(q[h * DIM + d]) * (fabs(b.mins[j]) + fabs(x[j * DIM + d] - b.mins[j]) + 1.0);
+                /* the 15-bit rounding: at most 1e-4 of the magnitude here */
+                if (!(fabs(sa[h * N + j] - sr[h * N + j]) <= 1e-4 * mag))
+                    fail_msg("round %d [%d][%d]: %.9g vs %.9g", round, h, j, sa[h * N + j], sr[h * N + j]);
+            }
+    }
+    c.ops->free(&c, blob);
+    free(x);
+}
+
 int main(void) {
     kvc_codecs_init();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pv_ref_exact),
         cmocka_unit_test(test_kernels_all_shapes),
         cmocka_unit_test(test_every_gqa_group),
+        cmocka_unit_test(test_query_rewritten_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
