@@ -1,4 +1,5 @@
-/* AVX2 kernels of the PackKV codecs (packkv.h), packs of 8 and 16 tokens.
+/* AVX2 kernels of the PackKV codecs (packkv.h), packs of 8 and 16 tokens, in
+ * the paper's layout; grouped blocks go to kv_packkv_grouped_avx2.c.
  *
  * Unpacking 8 residuals of w bits (w bytes) into the 8 lanes of a register:
  * one 16-byte load broadcast to both 128-bit lanes, vpshufb with the width's
@@ -17,7 +18,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "kv/codec/packkv.h"
+#include "kernels/avx2/kv_packkv_avx2.h"
 
 static uint8_t shuf8[9][32] __attribute__((aligned(32)));
 static uint32_t shift8[9][8] __attribute__((aligned(32)));
@@ -44,48 +45,6 @@ static inline __attribute__((always_inline)) __m256 unpack8(const uint8_t *src, 
     return _mm256_cvtepi32_ps(x);
 }
 
-static inline __m256 bf16x8(const uint16_t *p) {
-    __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-}
-
-static inline float hsum8(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
-}
-
-/* A lane mask (all ones in lanes l with lo <= first + l < hi) for 8 lanes. */
-static inline __m256i lanes8(int first, int lo, int hi) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i t = _mm256_add_epi32(idx, _mm256_set1_epi32(first));
-    __m256i ge = _mm256_cmpgt_epi32(t, _mm256_set1_epi32(lo - 1));
-    __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), t);
-    return _mm256_and_si256(ge, lt);
-}
-
-static float dot_u8(const float *q, const uint8_t *m, int dim) {
-    __m256 acc = _mm256_setzero_ps();
-    int c = 0;
-    for (; c + 8 <= dim; c += 8) {
-        __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(m + c))));
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), mv, acc);
-    }
-    float r = hsum8(acc);
-    for (; c < dim; c++) r += q[c] * (float)m[c];
-    return r;
-}
-
-static float sum_f32(const float *x, int n) {
-    __m256 acc = _mm256_setzero_ps();
-    int c = 0;
-    for (; c + 8 <= n; c += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + c));
-    float r = hsum8(acc);
-    for (; c < n; c++) r += x[c];
-    return r;
-}
-
 static inline int width_of(const kvc_pk_block *b, int item) {
     return (b->widths[item >> 1] >> ((item & 1) * 4)) & 15;
 }
@@ -99,7 +58,7 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
     const int dim = b->dim, P = 8 * NHALF, p0 = j0 / P, p1 = (j1 + P - 1) / P;
     float qsum[4];
     #pragma GCC unroll 8
-    for (int h = 0; h < NH; h++) qsum[h] = sum_f32(q + (size_t)h * ldq, dim);
+    for (int h = 0; h < NH; h++) qsum[h] = kvc_pk_sum_f32_avx2(q + (size_t)h * ldq, dim);
     const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0 * dim);
     for (int p = p0; p < p1; p++) {
         const int item0 = p * dim;
@@ -119,11 +78,11 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
         }
         #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) {
-            float dmin = dot_u8(q + (size_t)h * ldq, b->pmins + item0, dim);
+            float dmin = kvc_pk_dot_u8_avx2(q + (size_t)h * ldq, b->pmins + item0, dim);
             #pragma GCC unroll 2
             for (int half = 0; half < NHALF; half++) {
                 int first = P * p + 8 * half;
-                __m256 sc = bf16x8(b->scales + first), mn = _mm256_loadu_ps(b->mins + first);
+                __m256 sc = kvc_pk_bf16x8_avx2(b->scales + first), mn = _mm256_loadu_ps(b->mins + first);
                 __m256 x = _mm256_add_ps(acc[h][half], _mm256_set1_ps(dmin));
                 x = _mm256_fmadd_ps(mn, _mm256_set1_ps(qsum[h]), _mm256_mul_ps(sc, x));
                 float out[8];
@@ -137,8 +96,8 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
 
 static void qk_avx2(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1, float *s,
                     int lds) {
-    if (b->group != 1) { /* grouped keys: no AVX2 byte decoder yet, the scalar reference */
-        kvc_pk_ref.qk(b, q, ldq, G, j0, j1, s, lds);
+    if (b->group != 1) {
+        kvc_pk_qk_grouped_avx2(b, q, ldq, G, j0, j1, s, lds);
         return;
     }
     for (int h0 = 0; h0 < G; h0 += 4) {
@@ -165,6 +124,35 @@ static void qk_avx2(const kvc_pk_block *b, const float *q, int ldq, int G, int j
 
 /* ---- pv ------------------------------------------------------------------------ */
 
+/* A lane mask (all ones in lanes l with lo <= first + l < hi) for 8 lanes. */
+static inline __m256i lanes8(int first, int lo, int hi) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i t = _mm256_add_epi32(idx, _mm256_set1_epi32(first));
+    __m256i ge = _mm256_cmpgt_epi32(t, _mm256_set1_epi32(lo - 1));
+    __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), t);
+    return _mm256_and_si256(ge, lt);
+}
+
+float kvc_pk_weights_avx2(const kvc_pk_block *b, const float *ph, int j0, int j1, int nhalf,
+                          __m256 *wv, float *wsum) {
+    const int P = 8 * nhalf, p0 = j0 / P, p1 = (j1 + P - 1) / P;
+    __m256 mt = _mm256_setzero_ps();
+    ph -= j0; /* ph[j]: weight of block token j */
+    for (int pk = p0; pk < p1; pk++) {
+        __m256 ws = _mm256_setzero_ps();
+        for (int half = 0; half < nhalf; half++) {
+            int first = P * pk + 8 * half;
+            __m256 pw = _mm256_maskload_ps(ph + first, lanes8(first, j0, j1));
+            __m256 x = _mm256_mul_ps(pw, kvc_pk_bf16x8_avx2(b->scales + first));
+            wv[pk * nhalf + half] = x;
+            ws = _mm256_add_ps(ws, x);
+            mt = _mm256_fmadd_ps(pw, _mm256_loadu_ps(b->mins + first), mt);
+        }
+        wsum[pk] = kvc_pk_hsum8_avx2(ws);
+    }
+    return kvc_pk_hsum8_avx2(mt);
+}
+
 enum { MAXH = KVC_PK_MAX_BLOCK / 8 };
 
 static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b, const float *p,
@@ -174,25 +162,8 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
     __m256 wv[4][MAXH];
     float wsum[4][MAXH], mterm[4];
     #pragma GCC unroll 8
-    for (int h = 0; h < NH; h++) {
-        const float *ph = p + (size_t)h * ldp - j0;
-        __m256 mt = _mm256_setzero_ps();
-        for (int pk = p0; pk < p1; pk++) {
-            __m256 ws = _mm256_setzero_ps();
-            #pragma GCC unroll 2
-            for (int half = 0; half < NHALF; half++) {
-                int first = P * pk + 8 * half;
-                __m256i k = lanes8(first, j0, j1);
-                __m256 pw = _mm256_maskload_ps(ph + first, k);
-                __m256 x = _mm256_mul_ps(pw, bf16x8(b->scales + first));
-                wv[h][pk * NHALF + half] = x;
-                ws = _mm256_add_ps(ws, x);
-                mt = _mm256_fmadd_ps(pw, _mm256_loadu_ps(b->mins + first), mt);
-            }
-            wsum[h][pk] = hsum8(ws);
-        }
-        mterm[h] = hsum8(mt);
-    }
+    for (int h = 0; h < NH; h++)
+        mterm[h] = kvc_pk_weights_avx2(b, p + (size_t)h * ldp, j0, j1, NHALF, wv[h], wsum[h]);
     const uint8_t *src = b->data + kvc_pk_unit_offset(b, p0);
     for (int c = 0; c < dim; c++) {
         __m256 acc[4];
@@ -212,7 +183,7 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
             }
         }
         #pragma GCC unroll 8
-        for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += hsum8(acc[h]) + pm[h];
+        for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += kvc_pk_hsum8_avx2(acc[h]) + pm[h];
         if ((p1 != np || p0 != 0) && c + 1 < dim) /* skip to pack p0 of the next channel */
             for (int i = c * np + p1; i < (c + 1) * np + p0; i++) src += NHALF * width_of(b, i);
     }
@@ -220,8 +191,8 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
 
 static void pv_avx2(const kvc_pk_block *b, const float *p, int ldp, int G, int j0, int j1, float *o,
                     int ldo) {
-    if (b->group != 1) { /* grouped values: no AVX2 byte decoder yet, the scalar reference */
-        kvc_pk_ref.pv(b, p, ldp, G, j0, j1, o, ldo);
+    if (b->group != 1) {
+        kvc_pk_pv_grouped_avx2(b, p, ldp, G, j0, j1, o, ldo);
         return;
     }
     for (int h0 = 0; h0 < G; h0 += 4) {
@@ -248,6 +219,7 @@ static void pv_avx2(const kvc_pk_block *b, const float *p, int ldp, int G, int j
 
 void kvc_pk_register_avx2(kvc_pk_kernels *k) {
     build_tables();
+    kvc_pk_grouped_init_avx2();
     k->qk = qk_avx2;
     k->pv = pv_avx2;
 }

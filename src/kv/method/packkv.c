@@ -67,7 +67,7 @@ static const kvc_param packkv_params[] = {
     {.key = "layout", .type = KVC_PARAM_ENUM, .offset = offsetof(packkv_cfg, layout), .def = "paper",
      .choices = "paper|grouped",
      .help = "pack widths per pack and channel (paper), or per 4 key / 16 value channels (grouped: "
-             "integer byte kernels on AVX-512, the scalar reference elsewhere; pack=16)"},
+             "the integer byte kernels of AVX-512; pack=16)"},
 };
 
 static kvc_status packkv_check(const void *cfgp) {
