@@ -82,7 +82,8 @@ static inline __attribute__((always_inline)) void qk_heads(const kvc_pk_block *b
             #pragma GCC unroll 2
             for (int half = 0; half < NHALF; half++) {
                 int first = P * p + 8 * half;
-                __m256 sc = kvc_pk_bf16x8_avx2(b->scales + first), mn = _mm256_loadu_ps(b->mins + first);
+                __m256 sc = kvc_pk_bf16x8_avx2(b->scales + first);
+                __m256 mn = _mm256_loadu_ps(b->mins + first);
                 __m256 x = _mm256_add_ps(acc[h][half], _mm256_set1_ps(dmin));
                 x = _mm256_fmadd_ps(mn, _mm256_set1_ps(qsum[h]), _mm256_mul_ps(sc, x));
                 float out[8];

@@ -27,7 +27,8 @@ static inline float kvc_pk_dot_u8_avx2(const float *q, const uint8_t *m, int dim
     __m256 acc = _mm256_setzero_ps();
     int c = 0;
     for (; c + 8 <= dim; c += 8) {
-        __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(m + c))));
+        __m128i m8 = _mm_loadl_epi64((const __m128i *)(m + c));
+        __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8));
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), mv, acc);
     }
     float r = kvc_pk_hsum8_avx2(acc);

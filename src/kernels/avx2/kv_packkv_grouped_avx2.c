@@ -50,8 +50,8 @@ void kvc_pk_grouped_init_avx2(void) {
 
 /* 8 residuals of width w as floats: lanes 0-3 from the 16 bytes at lo, lanes
  * 4-7 from those at hi, placed by the tables. */
-static inline __attribute__((always_inline)) __m256 fetch8(const uint8_t *lo, const uint8_t *hi, int w,
-                                                           const uint8_t *shuf,
+static inline __attribute__((always_inline)) __m256 fetch8(const uint8_t *lo, const uint8_t *hi,
+                                                           int w, const uint8_t *shuf,
                                                            const uint32_t *shift) {
     __m256i x = _mm256_loadu2_m128i((const __m128i *)hi, (const __m128i *)lo);
     x = _mm256_shuffle_epi8(x, _mm256_load_si256((const __m256i *)shuf));
@@ -93,7 +93,8 @@ static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *
             float dmin = kvc_pk_dot_u8_avx2(q + (size_t)h * ldq, b->pmins + (size_t)p * dim, dim);
             for (int half = 0; half < 2; half++) {
                 int first = 16 * p + 8 * half;
-                __m256 sc = kvc_pk_bf16x8_avx2(b->scales + first), mn = _mm256_loadu_ps(b->mins + first);
+                __m256 sc = kvc_pk_bf16x8_avx2(b->scales + first);
+                __m256 mn = _mm256_loadu_ps(b->mins + first);
                 __m256 x = _mm256_add_ps(acc[h][half], _mm256_set1_ps(dmin));
                 x = _mm256_fmadd_ps(mn, _mm256_set1_ps(qsum[h]), _mm256_mul_ps(sc, x));
                 float out[8];
@@ -136,7 +137,8 @@ static inline __attribute__((always_inline)) void pvg_heads(const kvc_pk_block *
     const uint8_t *src = b->data;
     for (int cg = 0; cg < ncg; cg++) {
         off[0] = 0;
-        for (int pk = 0; pk < np; pk++) off[pk + 1] = off[pk] + 32u * (uint32_t)kvc_pk_unit_width(b, cg * np + pk);
+        for (int pk = 0; pk < np; pk++)
+            off[pk + 1] = off[pk] + 32u * (uint32_t)kvc_pk_unit_width(b, cg * np + pk);
         for (int k = 0; k < KVC_PK_VGROUP; k++) {
             const int c = KVC_PK_VGROUP * cg + k, at = 4 * k;
             __m256 acc[4];
@@ -157,7 +159,8 @@ static inline __attribute__((always_inline)) void pvg_heads(const kvc_pk_block *
                 }
             }
             #pragma GCC unroll 4
-            for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += kvc_pk_hsum8_avx2(acc[h]) + pm[h];
+            for (int h = 0; h < NH; h++)
+                o[(size_t)h * ldo + c] += kvc_pk_hsum8_avx2(acc[h]) + pm[h];
         }
         src += off[np];
     }
