@@ -45,11 +45,38 @@ static inline float kvc_pk_sum_f32_avx2(const float *x, int n) {
     return r;
 }
 
+
+/* A lane mask (all ones in lanes l with lo <= first + l < hi) for 8 lanes. */
+static inline __m256i kvc_pk_lanes8_avx2(int first, int lo, int hi) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    __m256i t = _mm256_add_epi32(idx, _mm256_set1_epi32(first));
+    __m256i ge = _mm256_cmpgt_epi32(t, _mm256_set1_epi32(lo - 1));
+    __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), t);
+    return _mm256_and_si256(ge, lt);
+}
+
 /* The weights p_t s_t of one head for the packs (of 8 nhalf tokens) over
  * [j0, j1), 0 outside it: wv[pk * nhalf + half] holds 8 tokens, wsum[pk] their
  * sum per pack; returns sum_t p_t m_t. ph[j - j0] is block token j's weight. */
-float kvc_pk_weights_avx2(const kvc_pk_block *b, const float *ph, int j0, int j1, int nhalf,
-                          __m256 *wv, float *wsum);
+static inline float kvc_pk_weights_avx2(const kvc_pk_block *b, const float *ph, int j0, int j1,
+                                        int nhalf, __m256 *wv, float *wsum) {
+    const int P = 8 * nhalf, p0 = j0 / P, p1 = (j1 + P - 1) / P;
+    __m256 mt = _mm256_setzero_ps();
+    ph -= j0; /* ph[j]: weight of block token j */
+    for (int pk = p0; pk < p1; pk++) {
+        __m256 ws = _mm256_setzero_ps();
+        for (int half = 0; half < nhalf; half++) {
+            int first = P * pk + 8 * half;
+            __m256 pw = _mm256_maskload_ps(ph + first, kvc_pk_lanes8_avx2(first, j0, j1));
+            __m256 x = _mm256_mul_ps(pw, kvc_pk_bf16x8_avx2(b->scales + first));
+            wv[pk * nhalf + half] = x;
+            ws = _mm256_add_ps(ws, x);
+            mt = _mm256_fmadd_ps(pw, _mm256_loadu_ps(b->mins + first), mt);
+        }
+        wsum[pk] = kvc_pk_hsum8_avx2(ws);
+    }
+    return kvc_pk_hsum8_avx2(mt);
+}
 
 void kvc_pk_grouped_init_avx2(void); /* the grouped kernels' tables; before the first call */
 void kvc_pk_qk_grouped_avx2(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1,
