@@ -78,6 +78,21 @@ static inline float kvc_pk_weights_avx2(const kvc_pk_block *b, const float *ph, 
     return kvc_pk_hsum8_avx2(mt);
 }
 
+/* Scores of the 8 tokens from block token `first` for one head, from the
+ * residual dot products acc: s_t (acc + dmin) + m_t qsum, stored to srow[j -
+ * j0] for the tokens inside [j0, j1). */
+static inline void kvc_pk_store_scores8_avx2(const kvc_pk_block *b, __m256 acc, float dmin,
+                                             float qsum, int first, int j0, int j1, float *srow) {
+    __m256 sc = kvc_pk_bf16x8_avx2(b->scales + first);
+    __m256 mn = _mm256_loadu_ps(b->mins + first);
+    __m256 x = _mm256_add_ps(acc, _mm256_set1_ps(dmin));
+    x = _mm256_fmadd_ps(mn, _mm256_set1_ps(qsum), _mm256_mul_ps(sc, x));
+    float out[8];
+    _mm256_storeu_ps(out, x);
+    int lo = first > j0 ? first : j0, hi = first + 8 < j1 ? first + 8 : j1;
+    for (int j = lo; j < hi; j++) srow[j - j0] = out[j - first];
+}
+
 void kvc_pk_grouped_init_avx2(void); /* the grouped kernels' tables; before the first call */
 void kvc_pk_qk_grouped_avx2(const kvc_pk_block *b, const float *q, int ldq, int G, int j0, int j1,
                             float *s, int lds);

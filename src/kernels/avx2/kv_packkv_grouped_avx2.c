@@ -93,14 +93,8 @@ static inline __attribute__((always_inline)) void qkg_heads(const kvc_pk_block *
             float dmin = kvc_pk_dot_u8_avx2(q + (size_t)h * ldq, b->pmins + (size_t)p * dim, dim);
             for (int half = 0; half < 2; half++) {
                 int first = 16 * p + 8 * half;
-                __m256 sc = kvc_pk_bf16x8_avx2(b->scales + first);
-                __m256 mn = _mm256_loadu_ps(b->mins + first);
-                __m256 x = _mm256_add_ps(acc[h][half], _mm256_set1_ps(dmin));
-                x = _mm256_fmadd_ps(mn, _mm256_set1_ps(qsum[h]), _mm256_mul_ps(sc, x));
-                float out[8];
-                _mm256_storeu_ps(out, x);
-                int lo = first > j0 ? first : j0, hi = first + 8 < j1 ? first + 8 : j1;
-                for (int j = lo; j < hi; j++) s[(size_t)h * lds + j - j0] = out[j - first];
+                kvc_pk_store_scores8_avx2(b, acc[h][half], dmin, qsum[h], first, j0, j1,
+                                          s + (size_t)h * lds);
             }
         }
     }

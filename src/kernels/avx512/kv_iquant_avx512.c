@@ -23,18 +23,10 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/avx512/kv_avx512_util.h"
 #include "kv/codec/iquant.h"
 
 enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048, PF_PARAM = 512 /* tokens */ };
-
-static inline __mmask16 lanes(int first, int lo, int hi) {
-    /* lanes l of tokens first + l with lo <= first + l < hi */
-    int a = lo - first, b = hi - first;
-    if (a < 0) a = 0;
-    if (b > 16) b = 16;
-    if (b <= a) return 0;
-    return (__mmask16)(((1u << (b - a)) - 1) << a);
-}
 
 /* ---- qk ------------------------------------------------------------------------ */
 
@@ -137,7 +129,7 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
     #pragma GCC unroll 2
     for (int i = 0; i < NB; i++) {
         int first = (b + i) * KVC_IQ_KBLOCK;
-        __mmask16 m = lanes(first, j0, j1);
+        __mmask16 m = kvc_lanes16_avx512(first, j0, j1);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
             __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(ah[i][h], 8), al[i][h]);
@@ -311,7 +303,7 @@ static inline __m512 max16(const __m512 *x, int n) {
  * rounded products lie in 0..255) and one vpermd. */
 static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
                        int j1, int ng, pv_state *st, __m512 *mt) {
-    __mmask16 m0 = lanes(blk, j0, j1), m1 = lanes(blk + 16, j0, j1);
+    __mmask16 m0 = kvc_lanes16_avx512(blk, j0, j1), m1 = kvc_lanes16_avx512(blk + 16, j0, j1);
     st->ng = ng;
     __m512 sv[MAX_G][2], nv[MAX_G][2], p0[PV_NH], p1[PV_NH];
     for (int g = 0; g < ng; g++) {

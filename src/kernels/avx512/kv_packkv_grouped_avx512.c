@@ -47,6 +47,14 @@ void kvc_pk_grouped_init_avx512(void) {
 
 /* ---- qk, grouped keys ---------------------------------------------------------- */
 
+/* 16 integers W of |W| <= 16383 as W = 128 hi + lo, lo in 0..127 and hi in
+ * -128..127 (both valid s8 operands of vpdpbusd): the bytes of the lanes in k
+ * to lo[] and hi[]. */
+static inline void store_planes(__m512i w, __mmask16 k, uint8_t *lo, uint8_t *hi) {
+    _mm_mask_storeu_epi8(lo, k, _mm512_cvtepi32_epi8(_mm512_and_si512(w, _mm512_set1_epi32(127))));
+    _mm_mask_storeu_epi8(hi, k, _mm512_cvtepi32_epi8(_mm512_srai_epi32(w, 7)));
+}
+
 /* q (dim floats, dim a multiple of 4) as 15-bit integers Q_c = round(q_c /
  * qs), qs = max |q_c| / 16383, split Q = 128 hi + lo with lo in 0..127 and hi
  * in -128..127 (both valid s8 operands of vpdpbusd), four channels per dword
@@ -67,9 +75,7 @@ static float fixed_query(const float *q, int dim, int32_t *lo, int32_t *hi) {
     for (int c = 0; c < dim; c += 16) {
         __mmask16 k = dim - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (dim - c)) - 1);
         __m512i qi = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(k, q + c), inv));
-        __m512i l = _mm512_and_si512(qi, _mm512_set1_epi32(127));
-        _mm_mask_storeu_epi8((uint8_t *)lo + c, k, _mm512_cvtepi32_epi8(l));
-        _mm_mask_storeu_epi8((uint8_t *)hi + c, k, _mm512_cvtepi32_epi8(_mm512_srai_epi32(qi, 7)));
+        store_planes(qi, k, (uint8_t *)lo + c, (uint8_t *)hi + c);
     }
     return m / 16383.0f;
 }
@@ -235,10 +241,7 @@ static float fixed_weights(const kvc_pk_block *b, const float *ph, int j0, int j
     float inv = wmax > 0.0f && wmax <= 3.0e38f ? 16383.0f / wmax : 0.0f;
     for (int pk = p0; pk < p1; pk++) {
         __m512i wi = _mm512_cvtps_epi32(_mm512_mul_ps(wv[pk], _mm512_set1_ps(inv)));
-        _mm_storeu_si128((__m128i *)(lo + 16 * (pk - p0)),
-                         _mm512_cvtepi32_epi8(_mm512_and_si512(wi, _mm512_set1_epi32(127))));
-        _mm_storeu_si128((__m128i *)(hi + 16 * (pk - p0)),
-                         _mm512_cvtepi32_epi8(_mm512_srai_epi32(wi, 7)));
+        store_planes(wi, 0xFFFF, lo + 16 * (pk - p0), hi + 16 * (pk - p0));
     }
     return inv > 0.0f ? wmax / 16383.0f : 0.0f;
 }
