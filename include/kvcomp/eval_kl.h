@@ -18,6 +18,10 @@
  * Peak RSS is measured per method (over its windows), with the peak reset
  * before each of its runs where the kernel allows it.
  *
+ * The reference can be kept in a file (ref_out) and read back by a later run
+ * with the same model, text and sizes (ref_in), which then runs only the
+ * methods: at 32K tokens the reference alone is half an hour here.
+ *
  * Optionally (dense_check) the cache is checked against dense attention with
  * full:f32, two ways, each as max |Δlogit| and mean KL over the scored
  * positions:
@@ -45,6 +49,10 @@ typedef struct kvc_eval_kl_params {
     int n_batch;   /* prefill chunk; 0: 512 */
     int dense_check; /* on the first window */
     int n_windows;   /* <= 1: one window at the start of the text */
+    /* The reference's logits: read from ref_in instead of running full:f32,
+     * or written to ref_out after running it (src/eval/kl_ref.h; NULL: neither).
+     * A file made by another model, text, ctx, cont, windows or batch is refused. */
+    const char *ref_in, *ref_out;
 } kvc_eval_kl_params;
 
 typedef struct kvc_eval_kl_method {
@@ -66,8 +74,9 @@ typedef struct kvc_eval_kl_report {
     int *window_start;             /* [n_windows]: first context token of each window */
     double *window_ref_ppl;        /* [n_windows] */
     double ref_ppl;                /* perplexity of full:f32 over the continuations */
-    double ref_seconds;
+    double ref_seconds;            /* with ref_in: the seconds recorded in the file */
     int64_t ref_peak_rss;
+    int ref_loaded;                /* the reference came from ref_in */
     kvc_cache_stats ref_stats;
     int dense_checked;             /* the dense check ran */
     double dense_max_abs_logit;    /* largest |reference logit|, for scale */

@@ -14,7 +14,7 @@
 #define MAX_SPECS 32
 
 typedef struct eval_opts {
-    const char *model, *text, *kv, *plot, *task;
+    const char *model, *text, *kv, *plot, *task, *ref_in, *ref_out;
     int ctx, cont, threads, batch, json, dense_check, len, samples, verbose, windows;
     long long seed;
 } eval_opts;
@@ -22,7 +22,7 @@ typedef struct eval_opts {
 static const char k_kl_usage[] =
     "usage: kvcomp eval kl [-m MODEL] [--text FILE] [--ctx N] [--cont N] [--windows N]\n"
     "                      [--kv A,B,...] [-t N] [-b N] [--dense-check] [--json]\n"
-    "                      [--plot OUT.png]\n\n"
+    "                      [--plot OUT.png] [--ref FILE | --ref-out FILE]\n\n"
     "Prefills --ctx tokens of a text (chunks of -b attend to the compressed past), then\n"
     "teacher-forces --cont tokens through decode with every method of --kv and once with\n"
     "full:f32 as the reference. Reports, per method, what llama.cpp's perplexity tool\n"
@@ -31,7 +31,11 @@ static const char k_kl_usage[] =
     "token and bits per element of the cache, and the process's peak RSS during each method.\n"
     "With --windows N the whole evaluation runs on N windows spread evenly over the text:\n"
     "results per window, pooled over all scored tokens, and a 95% t-interval of the mean KL\n"
-    "over the windows (the windows are the samples; the tokens of one window are not).\n\n"
+    "over the windows (the windows are the samples; the tokens of one window are not).\n"
+    "--ref-out keeps the reference's logits in a file and --ref reads them back instead of\n"
+    "running full:f32 again (as llama.cpp's --kl-divergence-base): a later run compares more\n"
+    "methods against the same reference. The file must come from the same model, text,\n"
+    "--ctx, --cont, --windows and -b; anything else is refused, naming what differs.\n\n"
     "options:\n"
     "  -m, --model FILE     GGUF model (default " KVC_DEFAULT_MODEL ")\n"
     "      --text FILE      text to evaluate on (default " KVC_DEFAULT_TEXT ")\n"
@@ -44,7 +48,10 @@ static const char k_kl_usage[] =
     "      --dense-check    also compare the reference decode logits with dense prefill\n"
     "      --json           print one JSON object instead of the table\n"
     "      --plot FILE      PNG of KL mean against bytes per token (gnuplot), the Pareto\n"
-    "                       front marked; log scale when KL spans more than 100x\n";
+    "                       front marked; log scale when KL spans more than 100x\n"
+    "      --ref-out FILE   write the reference's logits to FILE (n_cont x n_vocab floats\n"
+    "                       per window: 78 MB per window of 128 tokens on a 152K vocabulary)\n"
+    "      --ref FILE       read the reference from FILE instead of running full:f32\n";
 
 static const char k_ruler_usage[] =
     "usage: kvcomp eval ruler [-m MODEL] [--text FILE] [--task T[,T...]|all] [--len N]\n"
@@ -85,6 +92,8 @@ static int parse(int argc, char **argv, eval_opts *o, int ruler) {
         KVC_INT_OPT(NULL, "--cont", &o->cont, 1, 1 << 16),
         KVC_INT_OPT(NULL, "--windows", &o->windows, 1, 4096),
         KVC_SWITCH_OPT("--dense-check", &o->dense_check),
+        KVC_STR_OPT(NULL, "--ref", &o->ref_in),
+        KVC_STR_OPT(NULL, "--ref-out", &o->ref_out),
     };
     const kvc_opt rl[] = {
         KVC_STR_OPT(NULL, "--task", &o->task),
@@ -93,7 +102,7 @@ static int parse(int argc, char **argv, eval_opts *o, int ruler) {
         KVC_SEED_OPT(NULL, "--seed", &o->seed, NULL),
         KVC_SWITCH_OPT("--verbose", &o->verbose),
     };
-    enum { N_COMMON = sizeof common / sizeof common[0], N_OWN_MAX = 5 };
+    enum { N_COMMON = sizeof common / sizeof common[0], N_OWN_MAX = 6 };
     _Static_assert(sizeof kl <= sizeof(kvc_opt) * N_OWN_MAX &&
                        sizeof rl <= sizeof(kvc_opt) * N_OWN_MAX,
                    "room for the subcommand's own options");
@@ -173,9 +182,9 @@ static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_
            *s->info.name ? s->info.name : o->model, o->text, r->n_ctx, r->n_cont, r->n_windows,
            r->n_windows > 1 ? "s" : "", r->n_threads, kvc_isa_name(kvc_active_isa()));
     printf("reference full:f32: ppl %.4f | %.0f bytes/token | cache %s | peak RSS %.0f MiB | "
-           "%.1f s\n",
+           "%.1f s%s%s\n",
            r->ref_ppl, r->ref_stats.bytes_per_token, hb, r->ref_peak_rss / 1048576.0,
-           r->ref_seconds);
+           r->ref_seconds, r->ref_loaded ? " when made | read from " : "", r->ref_loaded ? o->ref_in : "");
     if (r->dense_checked) {
         printf("dense check (full:f32, max |logit| %.3g):\n", r->dense_max_abs_logit);
         printf("  decode through the cache vs the same tokens as one prompt chunk: max |dlogit| "
@@ -261,6 +270,10 @@ static void kl_json(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_r
     kvc_json_kv_num(&j, "seconds", r->ref_seconds);
     kvc_json_kv_int(&j, "peak_rss_bytes", r->ref_peak_rss);
     kvc_report_stats_json(&j, "cache", &r->ref_stats);
+    /* a reference read from a file: its seconds and RSS are those of the run that made it */
+    kvc_json_key(&j, "file");
+    kvc_json_str(&j, r->ref_loaded ? o->ref_in : o->ref_out);
+    kvc_json_kv_bool(&j, "read_from_file", r->ref_loaded);
     kvc_json_obj_end(&j);
     kvc_json_key(&j, "dense_check");
     if (r->dense_checked) {
@@ -330,6 +343,10 @@ static int eval_kl(int argc, char **argv) {
                    .ctx = 8192, .cont = 256};
     int rc = parse(argc, argv, &o, 0);
     if (rc >= 0) return rc;
+    if (o.ref_in && o.ref_out) {
+        fprintf(stderr, "kvcomp eval kl: --ref and --ref-out together: read a reference or write one\n");
+        return 2;
+    }
     eval_setup s;
     if ((rc = setup_open(&s, &o, "kl")) != 0) {
         setup_free(&s);
@@ -338,7 +355,7 @@ static int eval_kl(int argc, char **argv) {
     int32_t *toks = NULL;
     int n_toks = 0;
     kvc_eval_kl_report r;
-    kvc_eval_kl_params p = {o.ctx, o.cont, o.threads, o.batch, o.dense_check, o.windows};
+    kvc_eval_kl_params p = {o.ctx, o.cont, o.threads, o.batch, o.dense_check, o.windows, o.ref_in, o.ref_out};
     if (kvc_tokenize_all(s.m, s.text, s.text_len, &toks, &n_toks) != KVC_OK ||
         kvc_eval_kl_run(s.m, toks, n_toks, &p, s.specs, s.n_specs, &r) != KVC_OK) {
         fprintf(stderr, "kvcomp eval kl: %s\n", kvc_last_error());

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/rss.h"
+#include "eval/kl_ref.h"
 #include "kvcomp/progress.h"
 #include "base/status.h"
 
@@ -186,26 +187,74 @@ static kvc_status place_windows(const kvc_eval_kl_params *p, int n_tokens, int n
     return KVC_OK;
 }
 
-/* The reference on one window: its logits into ref, its perplexity into *ppl. */
-static kvc_status reference_window(kl_job *job, float *ref, float *logits, float *lp,
-                                   kvc_eval_kl_report *rep, double *nll_sum, double *ppl) {
+/* The reference's perplexity on one window, from its logits; adds its NLL to *nll_sum. */
+static double reference_ppl(kl_job *job, const float *ref, float *lp, double *nll_sum) {
     const kvc_eval_kl_params *p = job->p;
     const size_t nv = (size_t)job->n_vocab;
-    ref_store rs = {ref, nv};
-    double seconds = 0;
-    kvc_peak_rss_reset();
-    KVC_TRY(run_one(job, "full:f32", logits, store_ref, &rs, &rep->ref_stats, &seconds));
-    int64_t rss = kvc_peak_rss_bytes();
-    rep->ref_peak_rss = rss > rep->ref_peak_rss ? rss : rep->ref_peak_rss;
-    rep->ref_seconds += seconds;
     double nll = 0;
     for (int i = 0; i < p->n_cont; i++) {
         kvc_log_softmax(ref + (size_t)i * nv, (int)nv, lp);
         nll -= lp[job->tokens[p->n_ctx + 1 + i]];
     }
     *nll_sum += nll;
-    *ppl = exp(nll / p->n_cont);
+    return exp(nll / p->n_cont);
+}
+
+/* The reference on window w: its logits into ref, its row into rep; run with
+ * full:f32, or read from the reference file. A run written to a file puts
+ * the window there. */
+static kvc_status reference_window(kl_job *job, int w, kvc_kl_ref_file *in, kvc_kl_ref_file *out, float *ref,
+                                   float *logits, float *lp, kvc_eval_kl_report *rep, double *nll_sum) {
+    kvc_kl_ref_window rw = {0};
+    if (in) {
+        KVC_TRY(kvc_kl_ref_get(in, w, &rw, ref));
+        KVC_CHECK(rw.start == rep->window_start[w], KVC_ERR_FORMAT,
+                  "--ref '%s': window %d starts at token %d in the file, %d in this run", job->p->ref_in, w,
+                  rw.start, rep->window_start[w]);
+    } else {
+        ref_store rs = {ref, (size_t)job->n_vocab};
+        kvc_peak_rss_reset();
+        KVC_TRY(run_one(job, "full:f32", logits, store_ref, &rs, &rw.stats, &rw.seconds));
+        rw.peak_rss = kvc_peak_rss_bytes();
+        rw.start = rep->window_start[w];
+        if (out) KVC_TRY(kvc_kl_ref_put(out, w, &rw, ref));
+    }
+    rep->ref_stats = rw.stats;
+    rep->ref_peak_rss = rw.peak_rss > rep->ref_peak_rss ? rw.peak_rss : rep->ref_peak_rss;
+    rep->ref_seconds += rw.seconds;
+    rep->window_ref_ppl[w] = reference_ppl(job, ref, lp, nll_sum);
     return KVC_OK;
+}
+
+/* What a reference file must match: the model, the windows' tokens, the sizes. */
+static void reference_id(const kvc_model_info *info, const int32_t *tokens, int n_tokens,
+                         const kvc_eval_kl_params *p, int n_windows, const int *start, kvc_kl_ref_id *id) {
+    memset(id, 0, sizeof *id);
+    snprintf(id->arch, sizeof id->arch, "%s", info->arch);
+    id->n_params = info->n_params;
+    id->weight_bytes = info->weight_bytes;
+    id->n_layers = info->n_layers;
+    id->dim = info->dim;
+    id->n_vocab = info->n_vocab;
+    id->n_text_tokens = n_tokens;
+    id->n_ctx = p->n_ctx;
+    id->n_cont = p->n_cont;
+    id->n_windows = n_windows;
+    id->n_batch = p->n_batch > 0 ? p->n_batch : 512;
+    id->n_threads = kvc_threads_resolve(p->n_threads);
+    id->tokens_hash = kvc_kl_ref_tokens_hash(tokens, start, n_windows, p->n_ctx + p->n_cont + 1);
+}
+
+/* Opens the reference file to read (ref_in) or to write (ref_out), if any. */
+static kvc_status reference_file(const kvc_model_info *info, const int32_t *tokens, int n_tokens,
+                                 const kvc_eval_kl_params *p, int n_windows, const int *start,
+                                 kvc_kl_ref_file **in, kvc_kl_ref_file **out) {
+    *in = *out = NULL;
+    KVC_CHECK(!(p->ref_in && p->ref_out), KVC_ERR_ARG, "eval kl: --ref and --ref-out together (read one or write one)");
+    if (!p->ref_in && !p->ref_out) return KVC_OK;
+    kvc_kl_ref_id id;
+    reference_id(info, tokens, n_tokens, p, n_windows, start, &id);
+    return p->ref_in ? kvc_kl_ref_open(p->ref_in, &id, in) : kvc_kl_ref_create(p->ref_out, &id, out);
 }
 
 /* Method k on one window: its positions go to pos, its window summary to r->win[w]. */
@@ -264,15 +313,21 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
                        : kvc_fail(KVC_ERR_NOMEM, "eval kl: no memory for %d x %zu reference logits",
                                   p->n_cont, nv);
 
+    kvc_kl_ref_file *ref_in = NULL, *ref_out = NULL;
+    if (st == KVC_OK) st = reference_file(&info, tokens, n_tokens, p, W, rep->window_start, &ref_in, &ref_out);
+    rep->ref_loaded = ref_in != NULL;
+
     kvc_progress prog;
     const int64_t per_run = (int64_t)p->n_ctx + p->n_cont;
-    const int64_t per_window = per_run * (n_specs + 1);
-    kvc_progress_begin(&prog, "eval kl", per_window * W + (p->dense_check ? 2 * per_run : 0));
+    const int ref_runs = ref_in ? 0 : 1; /* a read reference costs no run */
+    const int64_t per_window = per_run * (n_specs + ref_runs);
+    const int64_t dense = p->dense_check ? 2 * per_run : 0;
+    kvc_progress_begin(&prog, "eval kl", per_window * W + dense);
     kl_job job = {m, tokens, p, info.n_vocab, &prog, 0};
     double nll = 0;
     for (int w = 0; st == KVC_OK && w < W; w++) {
         job.tokens = tokens + rep->window_start[w];
-        st = reference_window(&job, ref, logits, ref_lp, rep, &nll, &rep->window_ref_ppl[w]);
+        st = reference_window(&job, w, ref_in, ref_out, ref, logits, ref_lp, rep, &nll);
         if (st == KVC_OK && p->dense_check && w == 0)
             st = dense_check(&job, ref, rep, ref_lp, scratch);
         for (int k = 0; st == KVC_OK && k < n_specs; k++) {
@@ -280,9 +335,12 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
             if (r->status == KVC_OK)
                 method_window(&job, r, w, ref, logits, ref_lp, scratch,
                               pos + (size_t)k * npos + (size_t)w * p->n_cont, dscratch);
-            job.done = per_window * w + per_run * (k + 2) + (p->dense_check ? 2 * per_run : 0);
+            job.done = per_window * w + per_run * (k + 1 + ref_runs) + dense;
         }
     }
+    if (st == KVC_OK && ref_out) st = kvc_kl_ref_finish(ref_out);
+    kvc_kl_ref_close(ref_in);
+    kvc_kl_ref_close(ref_out);
     if (st == KVC_OK) rep->ref_ppl = exp(nll / (double)npos);
     for (int k = 0; st == KVC_OK && k < n_specs; k++) { /* pooled, and the interval */
         kvc_eval_kl_method *r = &rep->methods[k];

@@ -3,7 +3,8 @@
 # (JSON fields present; full:f32 against the full:f32 reference gives KL 0 and
 # ppl ratio 1; full:f16 with small chunks gives a KL that is small but not
 # zero; --windows: per-window results, pooled mean = mean of the windows', the
-# interval around it), eval ruler (JSON, scores in [0, 1], both methods scored on every
+# interval around it; --ref-out then --ref gives the same results, and a
+# reference file of another run, altered or truncated is refused), eval ruler (JSON, scores in [0, 1], both methods scored on every
 # sample), the table and the PNG, methods --json, bench bw/attn/decode JSON,
 # dump-kv -> bench attn --dump, and bad
 # flags (exit 2 with a message naming the flag). Asserts behaviour, not speed.
@@ -118,6 +119,40 @@ assert m["full:f16,block=16"]["kl"]["mean_ci95"][1] > 0
 expect 1 "--windows 50 .*need [0-9]+" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 30000 \
     --cont 256 --windows 50
 expect 2 "--windows" "$KVCOMP" eval kl --windows 0
+
+# --ref-out keeps the reference, --ref reads it back: the same results without
+# the full:f32 run; a file from another run or an altered one is refused
+run kl_refout "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 --windows 2 -b 32 -t 1 \
+    --kv "full:f32,kivi:bits=2" --ref-out "$TMP/kl.ref" --json
+run kl_refin "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 --windows 2 -b 32 -t 1 \
+    --kv "kivi:bits=2,full:f32" --ref "$TMP/kl.ref" --json
+[[ ! -e "$TMP/kl.ref.tmp" ]] && ok "--ref-out leaves no .tmp" || bad "--ref-out left $TMP/kl.ref.tmp"
+python3 - "$TMP/kl_refout.out" "$TMP/kl_refin.out" <<'EOF_PY' && ok "eval kl --ref gives --ref-out's results" || bad "eval kl --ref results differ"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["reference"]["read_from_file"] is False and b["reference"]["read_from_file"] is True
+assert a["reference"]["ppl"] == b["reference"]["ppl"]
+assert [w["ref_ppl"] for w in a["windows"]] == [w["ref_ppl"] for w in b["windows"]]
+ma = {m["spec"]: m for m in a["methods"]}
+mb = {m["spec"]: m for m in b["methods"]}
+for k in ma:
+    assert ma[k]["kl"] == mb[k]["kl"] and ma[k]["max_abs_dlogit"] == mb[k]["max_abs_dlogit"], k
+assert mb["full:f32"]["kl"]["max"] == 0 and mb["kivi:bits=2"]["kl"]["mean"] > 0
+EOF_PY
+expect 1 "--cont is 8 in the file, 9" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 9 \
+    --windows 2 -b 32 -t 1 --kv full:f32 --ref "$TMP/kl.ref"
+expect 1 "thread count \(-t\) is 1 in the file, 2" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 \
+    --cont 8 --windows 2 -b 32 -t 2 --kv full:f32 --ref "$TMP/kl.ref"
+cp "$TMP/kl.ref" "$TMP/flip.ref"
+printf '\x55' | dd of="$TMP/flip.ref" bs=1 seek=$(( $(stat -c %s "$TMP/kl.ref") - 100 )) conv=notrunc 2>/dev/null
+expect 1 "window 1 fails its checksum" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 \
+    --windows 2 -b 32 -t 1 --kv full:f32 --ref "$TMP/flip.ref"
+head -c 5000 "$TMP/kl.ref" >"$TMP/short.ref"
+expect 1 "truncated" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 --windows 2 -b 32 \
+    -t 1 --kv full:f32 --ref "$TMP/short.ref"
+expect 1 "not a reference file" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 \
+    --windows 2 -b 32 -t 1 --kv full:f32 --ref "$TEXT"
+expect 2 "--ref and --ref-out together" "$KVCOMP" eval kl --ref a --ref-out b
 
 # ---- eval ruler ----
 run ruler "$KVCOMP" eval ruler -m "$MODEL" --text "$TEXT" --task niah_single,vt --len 400 -t 1 \

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "base/f16.h"
+#include "base/hash.h"
 #include "base/status.h"
 #include "kvcomp/progress.h" /* kvc_now_s */
 #include "kv/codec/block_pool.h"
@@ -44,20 +45,6 @@ typedef struct far_blob {
     int32_t *near;            /* [n_blocks] pool id of a block in RAM, -1 = on disk; NULL = none yet */
     uint64_t sum[];           /* [n_blocks] */
 } far_blob;
-
-uint64_t kvc_far_checksum(const void *p, size_t n, uint64_t off) {
-    const unsigned char *b = p;
-    uint64_t h = 1469598103934665603ull ^ (off * 0x9E3779B97F4A7C15ull);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) { /* 8 bytes per step: FNV-1a over words */
-        uint64_t w;
-        memcpy(&w, b + i, 8);
-        h = (h ^ w) * 1099511628211ull;
-        h ^= h >> 29;
-    }
-    for (; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
-    return h;
-}
 
 kvc_status kvc_far_open(const char *path, kvc_far **out) {
     *out = NULL;
@@ -147,7 +134,7 @@ static kvc_status far_encode(const kvc_codec *c, const float *x, int n, int ld, 
     b->off = atomic_fetch_add(&f->end, (long long)bytes);
     for (int k = 0; k < nb; k++) {
         size_t o = (size_t)k * KVC_FAR_BLOCK, len = bytes - o < KVC_FAR_BLOCK ? bytes - o : KVC_FAR_BLOCK;
-        b->sum[k] = kvc_far_checksum((const char *)rows + o, len, (uint64_t)b->off + o);
+        b->sum[k] = kvc_hash64((const char *)rows + o, len, (uint64_t)b->off + o);
     }
     size_t done = 0;
     while (done < bytes) {
@@ -187,7 +174,7 @@ static int read_blocks(kvc_far *f, const far_blob *b, size_t k0, size_t k1, char
     atomic_fetch_add(&f->read, (unsigned long long)span);
     for (size_t k = k0; k < k1; k++) {
         size_t o = k * KVC_FAR_BLOCK, len = total - o < KVC_FAR_BLOCK ? total - o : KVC_FAR_BLOCK;
-        if (kvc_far_checksum(buf + (o - from), len, (uint64_t)b->off + o) != b->sum[k]) {
+        if (kvc_hash64(buf + (o - from), len, (uint64_t)b->off + o) != b->sum[k]) {
             snprintf(msg, sizeof msg, "far store '%s': block %zu at offset %lld fails its checksum (altered file)",
                      f->path, k, (long long)(b->off + (off_t)o));
             record(f, KVC_ERR_FORMAT, msg);

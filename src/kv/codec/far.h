@@ -65,9 +65,6 @@ void kvc_far_set_near(kvc_far *f, int on);
  * overlap the sorted row ranges r[0..nr); nr = 0 drops all. Thread-safe. */
 void kvc_far_near_keep(const kvc_codec *c, void *blob, const kvc_range *r, int nr);
 
-/* The 64-bit checksum of a block at file offset off. */
-uint64_t kvc_far_checksum(const void *p, size_t n, uint64_t off);
-
 extern const kvc_codec_ops kvc_codec_far_f16;
 
 #endif
