@@ -5,7 +5,11 @@
  * selection, as prefill attention is dense in the papers) and causally and
  * exactly to the chunk's own k, v. Queries are processed in tiles of QT
  * tokens × G heads as one matrix; scores and outputs are BLAS sgemm products
- * with an online softmax across key tiles. */
+ * with an online softmax across key tiles. A key tile of a compressed past
+ * is decoded once for a span of KVC_PREFILL_QTILE query tokens (several
+ * query tiles), so its decode (bit unpacking, bitmaps, the inverse
+ * transform) is paid per key and span, not per key and query tile; a dense
+ * past is converted per query tile (past_chunk). */
 #include "kv/prefill.h"
 
 #include <cblas.h>
@@ -16,11 +20,14 @@
 #include "base/status.h"
 #include "kv/softmax.h"
 
-enum { QT = KVC_PREFILL_QTILE, KT = 256 };
+enum { QT = 64, SPAN = KVC_PREFILL_QTILE, KT = 256 };
+_Static_assert(SPAN % QT == 0, "a span is whole query tiles");
 
 struct kvc_prefill_ws {
-    float *qm, *om, *s, *m, *l, *kt, *vt;
-    size_t cap_q, cap_k;
+    float *qm, *om, *m, *l; /* a span's queries, outputs and softmax state */
+    float *s;               /* one query tile's scores against a key tile */
+    float *kt, *vt;         /* one decoded key tile */
+    size_t cap_q, cap_k, bytes;
 };
 
 kvc_status kvc_prefill_ws_create(kvc_prefill_ws **out) {
@@ -35,20 +42,20 @@ void kvc_prefill_ws_free(kvc_prefill_ws *w) {
 }
 
 uint64_t kvc_prefill_ws_bytes(const kvc_prefill_ws *w) {
-    return w ? sizeof *w + (w->cap_q * 2 + w->cap_q / 64 * 2 + w->cap_q / 64 * KT + w->cap_k * 2) * 4 : 0;
+    return w ? sizeof *w + w->bytes : 0;
 }
 
 static kvc_status reserve(kvc_prefill_ws *w, int G, int d) {
-    size_t nq = (size_t)QT * G * d, nk = (size_t)KT * d;
+    size_t nq = (size_t)SPAN * G * d, nk = (size_t)KT * d;
     if (w->cap_q < nq) {
         free(w->qm); free(w->om); free(w->s); free(w->m); free(w->l);
         w->qm = malloc(nq * 4);
         w->om = malloc(nq * 4);
         w->s = malloc((size_t)QT * G * KT * 4);
-        w->m = malloc((size_t)QT * G * 4);
-        w->l = malloc((size_t)QT * G * 4);
+        w->m = malloc((size_t)SPAN * G * 4);
+        w->l = malloc((size_t)SPAN * G * 4);
         w->cap_q = w->qm && w->om && w->s && w->m && w->l ? nq : 0;
-        if (!w->cap_q) return kvc_fail(KVC_ERR_NOMEM, "prefill query tile (%d x %d)", QT * G, d);
+        if (!w->cap_q) return kvc_fail(KVC_ERR_NOMEM, "prefill query span (%d x %d)", SPAN * G, d);
     }
     if (w->cap_k < nk) {
         free(w->kt); free(w->vt);
@@ -57,14 +64,16 @@ static kvc_status reserve(kvc_prefill_ws *w, int G, int d) {
         w->cap_k = w->kt && w->vt ? nk : 0;
         if (!w->cap_k) return kvc_fail(KVC_ERR_NOMEM, "prefill key tile (%d x %d)", KT, d);
     }
+    w->bytes = (w->cap_q * 2 + w->cap_q / d * 2 + w->cap_q / d / SPAN * QT * KT + w->cap_k * 2) * 4;
     return KVC_OK;
 }
 
-/* Online softmax update for rows x nk scores s (ld KT), then O += P V. `first_key`
- * and `row_tok` give causal masking when causal != 0: key j is visible to row r
- * iff first_key + j <= row_tok[r / G]. */
-static void update(kvc_prefill_ws *w, int rows, int G, int d, int nk, const float *vt, int ldv,
+/* Online softmax update of the span's rows r0 .. r0 + rows - 1 (one query
+ * tile) for their nk scores in s (ld KT), then O += P V. With causal != 0,
+ * key j is visible to the tile's row r iff first_key + j <= tok0 + r / G. */
+static void update(kvc_prefill_ws *w, int r0, int rows, int G, int d, int nk, const float *vt, int ldv,
                    const uint64_t *dead, int dead_off, int causal, int first_key, int tok0) {
+    float *wm = w->m + r0, *wl = w->l + r0, *om = w->om + (size_t)r0 * d;
     for (int r = 0; r < rows; r++) {
         float *s = w->s + (size_t)r * KT;
         int lim = nk;
@@ -85,24 +94,52 @@ static void update(kvc_prefill_ws *w, int rows, int G, int d, int nk, const floa
             memset(s, 0, (size_t)nk * 4);
             continue;
         }
-        float m = w->m[r] > mt ? w->m[r] : mt;
-        if (m > w->m[r]) {
-            float a = w->m[r] == -INFINITY ? 0.0f : expf(w->m[r] - m);
-            float *o = w->om + (size_t)r * d;
+        float m = wm[r] > mt ? wm[r] : mt;
+        if (m > wm[r]) {
+            float a = wm[r] == -INFINITY ? 0.0f : expf(wm[r] - m);
+            float *o = om + (size_t)r * d;
             for (int j = 0; j < d; j++) o[j] *= a;
-            w->l[r] *= a;
-            w->m[r] = m;
+            wl[r] *= a;
+            wm[r] = m;
         }
-        w->l[r] += kvc_softmax_k.exp_sum(s, nk, m);
+        wl[r] += kvc_softmax_k.exp_sum(s, nk, m);
     }
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, nk, 1.0f, w->s, KT, vt, ldv,
-                1.0f, w->om, d);
+                1.0f, om, d);
 }
 
-/* Scores of the query tile against nk keys (rows ld ldk). */
-static void scores(kvc_prefill_ws *w, int rows, int d, const float *kt, int ldk, int nk) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, d, 1.0f, w->qm, d, kt, ldk,
-                0.0f, w->s, KT);
+/* Scores of the span's rows r0 .. r0 + rows - 1 against nk keys (rows ld ldk). */
+static void scores(kvc_prefill_ws *w, int r0, int rows, int d, const float *kt, int ldk, int nk) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, d, 1.0f, w->qm + (size_t)r0 * d, d, kt,
+                ldk, 0.0f, w->s, KT);
+}
+
+/* The span's nt queries against one chunk of the past. A key tile that costs
+ * more to decode than to convert is decoded once for all the span's query
+ * tiles; a dense one is converted again for each query tile, so that the
+ * tile's working set (its queries, outputs, scores and the key tile) stays in
+ * L2. Each query row sees the key tiles in the same order either way, so the
+ * results are the same. */
+static kvc_status past_chunk(kvc_prefill_ws *w, const kvc_chunk *c, int nt, int G, int d) {
+    const float *kf = c->xf ? NULL : c->kc.ops->view_f32 ? c->kc.ops->view_f32(&c->kc, c->kb) : NULL;
+    const float *vf = c->xf ? NULL : c->vc.ops->view_f32 ? c->vc.ops->view_f32(&c->vc, c->vb) : NULL;
+    const int per_tile = !c->xf && c->kc.ops->cheap_decode && c->vc.ops->cheap_decode;
+    const int step = per_tile ? QT : SPAN; /* query tokens per decode of a key tile */
+    for (int u0 = 0; u0 < nt; u0 += step) {
+        int u1 = nt - u0 < step ? nt : u0 + step;
+        for (int b = 0; b < c->n; b += KT) {
+            int nk = c->n - b < KT ? c->n - b : KT;
+            const float *kt = kf ? kf + (size_t)b * d : w->kt;
+            const float *vt = vf ? vf + (size_t)b * d : w->vt;
+            if (!kf || !vf) KVC_TRY(kvc_chunk_decode(c, b, b + nk, kf ? NULL : w->kt, vf ? NULL : w->vt, d));
+            for (int u = u0; u < u1; u += QT) {
+                int r0 = u * G, rows = (u1 - u < QT ? u1 - u : QT) * G;
+                scores(w, r0, rows, d, kt, d, nk);
+                update(w, r0, rows, G, d, nk, vt, d, c->dead, b, 0, 0, 0);
+            }
+        }
+    }
+    return KVC_OK;
 }
 
 kvc_status kvc_prefill_attend(const kvc_stream *s, int G, int n, const float *q, int ldq,
@@ -112,8 +149,8 @@ kvc_status kvc_prefill_attend(const kvc_stream *s, int G, int n, const float *q,
     KVC_TRY(reserve(w, G, d));
     float scale = 1.0f / sqrtf((float)d);
     if (t_end > n) t_end = n;
-    for (int t0 = t_begin; t0 < t_end; t0 += QT) {
-        int nt = t_end - t0 < QT ? t_end - t0 : QT, rows = nt * G;
+    for (int t0 = t_begin; t0 < t_end; t0 += SPAN) {
+        int nt = t_end - t0 < SPAN ? t_end - t0 : SPAN, rows = nt * G;
         for (int i = 0; i < nt; i++)
             for (int g = 0; g < G; g++) {
                 const float *src = q + (size_t)(t0 + i) * ldq + (size_t)g * d;
@@ -124,25 +161,16 @@ kvc_status kvc_prefill_attend(const kvc_stream *s, int G, int n, const float *q,
         memset(w->om, 0, (size_t)rows * d * 4);
 
         /* the past: sealed chunks, then the hot window */
-        for (int ci = 0; ci <= s->n_chunks; ci++) {
-            const kvc_chunk *c = ci < s->n_chunks ? s->chunks[ci] : s->hot;
-            const float *kf = c->xf ? NULL : c->kc.ops->view_f32 ? c->kc.ops->view_f32(&c->kc, c->kb) : NULL;
-            const float *vf = c->xf ? NULL : c->vc.ops->view_f32 ? c->vc.ops->view_f32(&c->vc, c->vb) : NULL;
-            for (int b = 0; b < c->n; b += KT) {
-                int nk = c->n - b < KT ? c->n - b : KT;
-                const float *kt = kf ? kf + (size_t)b * d : w->kt;
-                const float *vt = vf ? vf + (size_t)b * d : w->vt;
-                if (!kf || !vf)
-                    KVC_TRY(kvc_chunk_decode(c, b, b + nk, kf ? NULL : w->kt, vf ? NULL : w->vt, d));
-                scores(w, rows, d, kt, d, nk);
-                update(w, rows, G, d, nk, vt, d, c->dead, b, 0, 0, 0);
+        for (int ci = 0; ci <= s->n_chunks; ci++)
+            KVC_TRY(past_chunk(w, ci < s->n_chunks ? s->chunks[ci] : s->hot, nt, G, d));
+        /* the chunk itself, causally: query tile u sees keys 0 .. t0+u+its tokens-1 */
+        for (int u = 0; u < nt; u += QT) {
+            int nu = nt - u < QT ? nt - u : QT, r0 = u * G, last = t0 + u + nu;
+            for (int b = 0; b < last; b += KT) {
+                int nk = last - b < KT ? last - b : KT;
+                scores(w, r0, nu * G, d, k + (size_t)b * ldkv, ldkv, nk);
+                update(w, r0, nu * G, G, d, nk, v + (size_t)b * ldkv, ldkv, NULL, 0, 1, b, t0 + u);
             }
-        }
-        /* the chunk itself, causally: keys 0 .. t0+nt-1 */
-        for (int b = 0; b < t0 + nt; b += KT) {
-            int nk = t0 + nt - b < KT ? t0 + nt - b : KT;
-            scores(w, rows, d, k + (size_t)b * ldkv, ldkv, nk);
-            update(w, rows, G, d, nk, v + (size_t)b * ldkv, ldkv, NULL, 0, 1, b, t0);
         }
         for (int i = 0; i < nt; i++)
             for (int g = 0; g < G; g++) {

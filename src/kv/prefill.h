@@ -10,8 +10,9 @@ kvc_status kvc_prefill_ws_create(kvc_prefill_ws **out);
 void kvc_prefill_ws_free(kvc_prefill_ws *w);
 uint64_t kvc_prefill_ws_bytes(const kvc_prefill_ws *w);
 
-/* Query tokens are processed in tiles of this many; tiles are independent. */
-enum { KVC_PREFILL_QTILE = 64 };
+/* Query tokens are processed in spans of this many (each decoded key tile of
+ * the past serves a whole span); spans are independent. */
+enum { KVC_PREFILL_QTILE = 256 };
 
 /* q: query i, head g at q[i*ldq + g*dim]; k, v: token i at k[i*ldkv]; out like q
  * (ldo). Past = everything the stream holds now (the chunk is not yet appended).

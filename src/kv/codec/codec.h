@@ -33,6 +33,11 @@ typedef struct kvc_codec kvc_codec;
 typedef struct kvc_codec_ops {
     const char *name;   /* "f32", "f16", "bf16", "kivi_k", "bitmap_f16", ... */
     int granule;        /* preferred range alignment in tokens (1 = any, 64 = tiles) */
+    /* decode is a plain element conversion (the dense formats): chunked
+     * prefill then decodes a key tile again for each query tile, which keeps
+     * its working set in L2, instead of once per span of query tiles
+     * (kv/prefill.c), which pays off only when decoding costs more. */
+    int cheap_decode;
 
     /* Encodes n vectors x [n][ld] (the first c->dim floats of each row) into a
      * new blob. n may be 0 for an appendable codec (an empty hot window). */
