@@ -184,7 +184,8 @@ static void kl_table(const eval_opts *o, const eval_setup *s, const kvc_eval_kl_
     printf("reference full:f32: ppl %.4f | %.0f bytes/token | cache %s | peak RSS %.0f MiB | "
            "%.1f s%s%s\n",
            r->ref_ppl, r->ref_stats.bytes_per_token, hb, r->ref_peak_rss / 1048576.0,
-           r->ref_seconds, r->ref_loaded ? " when made | read from " : "", r->ref_loaded ? o->ref_in : "");
+           r->ref_seconds, r->ref_loaded ? " when made | read from " : "",
+           r->ref_loaded ? o->ref_in : "");
     if (r->dense_checked) {
         printf("dense check (full:f32, max |logit| %.3g):\n", r->dense_max_abs_logit);
         printf("  decode through the cache vs the same tokens as one prompt chunk: max |dlogit| "
@@ -344,7 +345,8 @@ static int eval_kl(int argc, char **argv) {
     int rc = parse(argc, argv, &o, 0);
     if (rc >= 0) return rc;
     if (o.ref_in && o.ref_out) {
-        fprintf(stderr, "kvcomp eval kl: --ref and --ref-out together: read a reference or write one\n");
+        fprintf(stderr,
+                "kvcomp eval kl: --ref and --ref-out together: read a reference or write one\n");
         return 2;
     }
     eval_setup s;
@@ -355,7 +357,8 @@ static int eval_kl(int argc, char **argv) {
     int32_t *toks = NULL;
     int n_toks = 0;
     kvc_eval_kl_report r;
-    kvc_eval_kl_params p = {o.ctx, o.cont, o.threads, o.batch, o.dense_check, o.windows, o.ref_in, o.ref_out};
+    kvc_eval_kl_params p = {o.ctx,         o.cont,    o.threads, o.batch,
+                            o.dense_check, o.windows, o.ref_in,  o.ref_out};
     if (kvc_tokenize_all(s.m, s.text, s.text_len, &toks, &n_toks) != KVC_OK ||
         kvc_eval_kl_run(s.m, toks, n_toks, &p, s.specs, s.n_specs, &r) != KVC_OK) {
         fprintf(stderr, "kvcomp eval kl: %s\n", kvc_last_error());

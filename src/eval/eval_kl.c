@@ -203,14 +203,15 @@ static double reference_ppl(kl_job *job, const float *ref, float *lp, double *nl
 /* The reference on window w: its logits into ref, its row into rep; run with
  * full:f32, or read from the reference file. A run written to a file puts
  * the window there. */
-static kvc_status reference_window(kl_job *job, int w, kvc_kl_ref_file *in, kvc_kl_ref_file *out, float *ref,
-                                   float *logits, float *lp, kvc_eval_kl_report *rep, double *nll_sum) {
+static kvc_status reference_window(kl_job *job, int w, kvc_kl_ref_file *in, kvc_kl_ref_file *out,
+                                   float *ref, float *logits, float *lp, kvc_eval_kl_report *rep,
+                                   double *nll_sum) {
     kvc_kl_ref_window rw = {0};
     if (in) {
         KVC_TRY(kvc_kl_ref_get(in, w, &rw, ref));
         KVC_CHECK(rw.start == rep->window_start[w], KVC_ERR_FORMAT,
-                  "--ref '%s': window %d starts at token %d in the file, %d in this run", job->p->ref_in, w,
-                  rw.start, rep->window_start[w]);
+                  "--ref '%s': window %d starts at token %d in the file, %d in this run",
+                  job->p->ref_in, w, rw.start, rep->window_start[w]);
     } else {
         ref_store rs = {ref, (size_t)job->n_vocab};
         kvc_peak_rss_reset();
@@ -228,7 +229,8 @@ static kvc_status reference_window(kl_job *job, int w, kvc_kl_ref_file *in, kvc_
 
 /* What a reference file must match: the model, the windows' tokens, the sizes. */
 static void reference_id(const kvc_model_info *info, const int32_t *tokens, int n_tokens,
-                         const kvc_eval_kl_params *p, int n_windows, const int *start, kvc_kl_ref_id *id) {
+                         const kvc_eval_kl_params *p, int n_windows, const int *start,
+                         kvc_kl_ref_id *id) {
     memset(id, 0, sizeof *id);
     snprintf(id->arch, sizeof id->arch, "%s", info->arch);
     id->n_params = info->n_params;
@@ -250,11 +252,13 @@ static kvc_status reference_file(const kvc_model_info *info, const int32_t *toke
                                  const kvc_eval_kl_params *p, int n_windows, const int *start,
                                  kvc_kl_ref_file **in, kvc_kl_ref_file **out) {
     *in = *out = NULL;
-    KVC_CHECK(!(p->ref_in && p->ref_out), KVC_ERR_ARG, "eval kl: --ref and --ref-out together (read one or write one)");
+    KVC_CHECK(!(p->ref_in && p->ref_out), KVC_ERR_ARG,
+              "eval kl: --ref and --ref-out together (read one or write one)");
     if (!p->ref_in && !p->ref_out) return KVC_OK;
     kvc_kl_ref_id id;
     reference_id(info, tokens, n_tokens, p, n_windows, start, &id);
-    return p->ref_in ? kvc_kl_ref_open(p->ref_in, &id, in) : kvc_kl_ref_create(p->ref_out, &id, out);
+    return p->ref_in ? kvc_kl_ref_open(p->ref_in, &id, in)
+                     : kvc_kl_ref_create(p->ref_out, &id, out);
 }
 
 /* Method k on one window: its positions go to pos, its window summary to r->win[w]. */
@@ -314,7 +318,8 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
                                   p->n_cont, nv);
 
     kvc_kl_ref_file *ref_in = NULL, *ref_out = NULL;
-    if (st == KVC_OK) st = reference_file(&info, tokens, n_tokens, p, W, rep->window_start, &ref_in, &ref_out);
+    if (st == KVC_OK)
+        st = reference_file(&info, tokens, n_tokens, p, W, rep->window_start, &ref_in, &ref_out);
     rep->ref_loaded = ref_in != NULL;
 
     kvc_progress prog;

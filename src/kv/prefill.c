@@ -71,8 +71,9 @@ static kvc_status reserve(kvc_prefill_ws *w, int G, int d) {
 /* Online softmax update of the span's rows r0 .. r0 + rows - 1 (one query
  * tile) for their nk scores in s (ld KT), then O += P V. With causal != 0,
  * key j is visible to the tile's row r iff first_key + j <= tok0 + r / G. */
-static void update(kvc_prefill_ws *w, int r0, int rows, int G, int d, int nk, const float *vt, int ldv,
-                   const uint64_t *dead, int dead_off, int causal, int first_key, int tok0) {
+static void update(kvc_prefill_ws *w, int r0, int rows, int G, int d, int nk, const float *vt,
+                   int ldv, const uint64_t *dead, int dead_off, int causal, int first_key,
+                   int tok0) {
     float *wm = w->m + r0, *wl = w->l + r0, *om = w->om + (size_t)r0 * d;
     for (int r = 0; r < rows; r++) {
         float *s = w->s + (size_t)r * KT;
@@ -110,8 +111,14 @@ static void update(kvc_prefill_ws *w, int r0, int rows, int G, int d, int nk, co
 
 /* Scores of the span's rows r0 .. r0 + rows - 1 against nk keys (rows ld ldk). */
 static void scores(kvc_prefill_ws *w, int r0, int rows, int d, const float *kt, int ldk, int nk) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, d, 1.0f, w->qm + (size_t)r0 * d, d, kt,
-                ldk, 0.0f, w->s, KT);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, d, 1.0f, w->qm + (size_t)r0 * d,
+                d, kt, ldk, 0.0f, w->s, KT);
+}
+
+/* A chunk's K or V as f32 rows in place, when its codec stores them so and no
+ * transform stands between; NULL: decode it. */
+static const float *f32_view(const kvc_chunk *c, const kvc_codec *cc, const void *blob) {
+    return !c->xf && cc->ops->view_f32 ? cc->ops->view_f32(cc, blob) : NULL;
 }
 
 /* The span's nt queries against one chunk of the past. A key tile that costs
@@ -121,8 +128,7 @@ static void scores(kvc_prefill_ws *w, int r0, int rows, int d, const float *kt, 
  * L2. Each query row sees the key tiles in the same order either way, so the
  * results are the same. */
 static kvc_status past_chunk(kvc_prefill_ws *w, const kvc_chunk *c, int nt, int G, int d) {
-    const float *kf = c->xf ? NULL : c->kc.ops->view_f32 ? c->kc.ops->view_f32(&c->kc, c->kb) : NULL;
-    const float *vf = c->xf ? NULL : c->vc.ops->view_f32 ? c->vc.ops->view_f32(&c->vc, c->vb) : NULL;
+    const float *kf = f32_view(c, &c->kc, c->kb), *vf = f32_view(c, &c->vc, c->vb);
     const int per_tile = !c->xf && c->kc.ops->cheap_decode && c->vc.ops->cheap_decode;
     const int step = per_tile ? QT : SPAN; /* query tokens per decode of a key tile */
     for (int u0 = 0; u0 < nt; u0 += step) {
@@ -131,7 +137,8 @@ static kvc_status past_chunk(kvc_prefill_ws *w, const kvc_chunk *c, int nt, int 
             int nk = c->n - b < KT ? c->n - b : KT;
             const float *kt = kf ? kf + (size_t)b * d : w->kt;
             const float *vt = vf ? vf + (size_t)b * d : w->vt;
-            if (!kf || !vf) KVC_TRY(kvc_chunk_decode(c, b, b + nk, kf ? NULL : w->kt, vf ? NULL : w->vt, d));
+            if (!kf || !vf)
+                KVC_TRY(kvc_chunk_decode(c, b, b + nk, kf ? NULL : w->kt, vf ? NULL : w->vt, d));
             for (int u = u0; u < u1; u += QT) {
                 int r0 = u * G, rows = (u1 - u < QT ? u1 - u : QT) * G;
                 scores(w, r0, rows, d, kt, d, nk);
