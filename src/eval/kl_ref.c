@@ -17,7 +17,19 @@
 #include "base/status.h"
 
 static const char REF_MAGIC[8] = {'K', 'V', 'C', 'K', 'L', 'R', 'E', 'F'};
-enum { REF_VERSION = 1, HEADER_BYTES = 128, HEADER_SUMMED = 96 };
+enum { REF_VERSION = 1, HEADER_BYTES = 128 };
+/* Header offsets (docs/formats.md); the checksum covers the bytes before OFF_SUM. */
+enum {
+    OFF_VERSION = 8,
+    OFF_HEADER_SIZE = 12,
+    OFF_ARCH = 16,
+    OFF_PARAMS = 32,
+    OFF_WEIGHTS = 40,
+    OFF_INTS = 48,
+    N_INTS = 9,
+    OFF_TOKENS = 88,
+    OFF_SUM = 96
+};
 
 /* The stats are stored as the struct's bytes: every field is 8 bytes wide, so
  * the struct has no padding. A new field changes the size: this assert then
@@ -48,47 +60,56 @@ uint64_t kvc_kl_ref_tokens_hash(const int32_t *tokens, const int *start, int n_w
 
 /* ---- header -------------------------------------------------------------------- */
 
+/* The header's i32 fields of id, in file order. */
+static void id_ints(kvc_kl_ref_id *id, int32_t *f[N_INTS]) {
+    int32_t *all[N_INTS] = {&id->n_layers,      &id->dim,     &id->n_vocab,
+                            &id->n_text_tokens, &id->n_ctx,   &id->n_cont,
+                            &id->n_windows,     &id->n_batch, &id->n_threads};
+    memcpy(f, all, sizeof all);
+}
+
 static void encode_header(const kvc_kl_ref_id *id, unsigned char *b) {
     memset(b, 0, HEADER_BYTES);
     uint32_t v = REF_VERSION, hb = HEADER_BYTES;
-    int32_t ints[9] = {id->n_layers, id->dim,       id->n_vocab, id->n_text_tokens, id->n_ctx,
-                       id->n_cont,   id->n_windows, id->n_batch, id->n_threads};
+    kvc_kl_ref_id c = *id;
+    int32_t *f[N_INTS];
+    id_ints(&c, f);
     memcpy(b, REF_MAGIC, 8);
-    memcpy(b + 8, &v, 4);
-    memcpy(b + 12, &hb, 4);
-    memcpy(b + 16, id->arch, sizeof id->arch);
-    memcpy(b + 32, &id->n_params, 8);
-    memcpy(b + 40, &id->weight_bytes, 8);
-    memcpy(b + 48, ints, sizeof ints);
-    memcpy(b + 88, &id->tokens_hash, 8);
-    uint64_t sum = kvc_hash64(b, HEADER_SUMMED, 0);
-    memcpy(b + HEADER_SUMMED, &sum, 8);
+    memcpy(b + OFF_VERSION, &v, 4);
+    memcpy(b + OFF_HEADER_SIZE, &hb, 4);
+    memcpy(b + OFF_ARCH, id->arch, sizeof id->arch);
+    memcpy(b + OFF_PARAMS, &id->n_params, 8);
+    memcpy(b + OFF_WEIGHTS, &id->weight_bytes, 8);
+    for (int i = 0; i < N_INTS; i++)
+        memcpy(b + OFF_INTS + 4 * i, f[i], 4);
+    memcpy(b + OFF_TOKENS, &id->tokens_hash, 8);
+    uint64_t sum = kvc_hash64(b, OFF_SUM, 0);
+    memcpy(b + OFF_SUM, &sum, 8);
 }
 
 static kvc_status decode_header(const char *path, const unsigned char *b, kvc_kl_ref_id *id) {
     uint32_t v, hb;
     uint64_t sum;
-    memcpy(&v, b + 8, 4);
-    memcpy(&hb, b + 12, 4);
-    memcpy(&sum, b + HEADER_SUMMED, 8);
+    memcpy(&v, b + OFF_VERSION, 4);
+    memcpy(&hb, b + OFF_HEADER_SIZE, 4);
+    memcpy(&sum, b + OFF_SUM, 8);
     KVC_CHECK(memcmp(b, REF_MAGIC, 8) == 0, KVC_ERR_FORMAT,
               "--ref '%s': not a reference file (no KVCKLREF magic)", path);
     KVC_CHECK(v == REF_VERSION, KVC_ERR_FORMAT,
               "--ref '%s': version %" PRIu32 ", this kvcomp reads %d", path, v, REF_VERSION);
     KVC_CHECK(hb == HEADER_BYTES, KVC_ERR_FORMAT,
               "--ref '%s': header size %" PRIu32 ", expected %d", path, hb, HEADER_BYTES);
-    KVC_CHECK(sum == kvc_hash64(b, HEADER_SUMMED, 0), KVC_ERR_FORMAT,
+    KVC_CHECK(sum == kvc_hash64(b, OFF_SUM, 0), KVC_ERR_FORMAT,
               "--ref '%s': the header fails its checksum (altered file)", path);
-    int32_t ints[9];
-    memcpy(id->arch, b + 16, sizeof id->arch);
+    int32_t *f[N_INTS];
+    id_ints(id, f);
+    memcpy(id->arch, b + OFF_ARCH, sizeof id->arch);
     id->arch[sizeof id->arch - 1] = '\0';
-    memcpy(&id->n_params, b + 32, 8);
-    memcpy(&id->weight_bytes, b + 40, 8);
-    memcpy(ints, b + 48, sizeof ints);
-    memcpy(&id->tokens_hash, b + 88, 8);
-    id->n_layers = ints[0], id->dim = ints[1], id->n_vocab = ints[2], id->n_text_tokens = ints[3];
-    id->n_ctx = ints[4], id->n_cont = ints[5], id->n_windows = ints[6], id->n_batch = ints[7];
-    id->n_threads = ints[8];
+    memcpy(&id->n_params, b + OFF_PARAMS, 8);
+    memcpy(&id->weight_bytes, b + OFF_WEIGHTS, 8);
+    for (int i = 0; i < N_INTS; i++)
+        memcpy(f[i], b + OFF_INTS + 4 * i, 4);
+    memcpy(&id->tokens_hash, b + OFF_TOKENS, 8);
     return KVC_OK;
 }
 

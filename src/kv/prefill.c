@@ -27,7 +27,8 @@ struct kvc_prefill_ws {
     float *qm, *om, *m, *l; /* a span's queries, outputs and softmax state */
     float *s;               /* one query tile's scores against a key tile */
     float *kt, *vt;         /* one decoded key tile */
-    size_t cap_q, cap_k, bytes;
+    size_t cap_q, cap_k;    /* floats of qm and of kt */
+    uint64_t bytes_q, bytes_k; /* allocated for the span, for the key tile */
 };
 
 kvc_status kvc_prefill_ws_create(kvc_prefill_ws **out) {
@@ -42,7 +43,7 @@ void kvc_prefill_ws_free(kvc_prefill_ws *w) {
 }
 
 uint64_t kvc_prefill_ws_bytes(const kvc_prefill_ws *w) {
-    return w ? sizeof *w + w->bytes : 0;
+    return w ? sizeof *w + w->bytes_q + w->bytes_k : 0;
 }
 
 static kvc_status reserve(kvc_prefill_ws *w, int G, int d) {
@@ -55,6 +56,7 @@ static kvc_status reserve(kvc_prefill_ws *w, int G, int d) {
         w->m = malloc((size_t)SPAN * G * 4);
         w->l = malloc((size_t)SPAN * G * 4);
         w->cap_q = w->qm && w->om && w->s && w->m && w->l ? nq : 0;
+        w->bytes_q = w->cap_q ? (2 * nq + 2 * (size_t)SPAN * G + (size_t)QT * G * KT) * 4 : 0;
         if (!w->cap_q) return kvc_fail(KVC_ERR_NOMEM, "prefill query span (%d x %d)", SPAN * G, d);
     }
     if (w->cap_k < nk) {
@@ -62,9 +64,9 @@ static kvc_status reserve(kvc_prefill_ws *w, int G, int d) {
         w->kt = malloc(nk * 4);
         w->vt = malloc(nk * 4);
         w->cap_k = w->kt && w->vt ? nk : 0;
+        w->bytes_k = w->cap_k * 2 * 4;
         if (!w->cap_k) return kvc_fail(KVC_ERR_NOMEM, "prefill key tile (%d x %d)", KT, d);
     }
-    w->bytes = (w->cap_q * 2 + w->cap_q / d * 2 + w->cap_q / d / SPAN * QT * KT + w->cap_k * 2) * 4;
     return KVC_OK;
 }
 

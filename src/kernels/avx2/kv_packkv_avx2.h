@@ -45,7 +45,6 @@ static inline float kvc_pk_sum_f32_avx2(const float *x, int n) {
     return r;
 }
 
-
 /* A lane mask (all ones in lanes l with lo <= first + l < hi) for 8 lanes. */
 static inline __m256i kvc_pk_lanes8_avx2(int first, int lo, int hi) {
     const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

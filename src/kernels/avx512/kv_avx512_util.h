@@ -1,7 +1,6 @@
 /* Small AVX-512 helpers shared by the KV-cache kernel files of this directory
- * (kv_bitmap_avx512.c, kv_packed_avx512.c, kv_packkv*_avx512.c, kv_iquant_avx512.c); included
- * only by them, compiled
- * with the AVX-512 flags. */
+ * (kv_bitmap_avx512.c, kv_packed_avx512.c, kv_packkv*_avx512.c,
+ * kv_iquant_avx512.c); included only by them, compiled with the AVX-512 flags. */
 #ifndef KVC_KERNELS_KV_AVX512_UTIL_H
 #define KVC_KERNELS_KV_AVX512_UTIL_H
 
