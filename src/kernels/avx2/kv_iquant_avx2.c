@@ -78,37 +78,41 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
     return hsum(ct);
 }
 
+/* Scores of NH heads (compile-time, as BITS) for tokens j0..j1 of a tile.
+ * Registers: one i32 accumulator per head (the hi half's i16 pair sums
+ * weighted 256 by vpmaddwd, the lo half's 1), the word's nk code vectors
+ * when they fit (bits 2 and 4; 1-bit codes are re-extracted per head), and
+ * the two i16 sums of the head in progress: 14 of the 16 YMM registers for
+ * 3 heads, where keeping hi and lo apart for all heads at once spilled. */
 static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                            const float *alpha, const float *cterm,
                                                            int j0, int j1, float *s, int lds,
                                                            const int BITS, const int NH) {
-    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim);
-    const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1);
+    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), keep = nk <= 4;
+    const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1),
+                  w256 = _mm256_set1_epi16(256);
     for (int first = j0 - j0 % 8; first < j1; first += 8) {
         int b = first / KVC_IQ_KBLOCK, half = (first % KVC_IQ_KBLOCK) / 8;
-        __m256i ah[4], al[4];
+        __m256i acc[4];
         #pragma GCC unroll 4
-        for (int h = 0; h < NH; h++) ah[h] = al[h] = _mm256_setzero_si256();
+        for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
         const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK + half * 8;
         for (int w = 0; w < kw; w++) {
             _mm_prefetch((const char *)(cw + w * 16) + PF, _MM_HINT_T0);
-            __m256i x = _mm256_loadu_si256((const __m256i *)(cw + w * 16));
-            __m256i sh[4], sl[4];
+            __m256i x = _mm256_loadu_si256((const __m256i *)(cw + w * 16)), cc[4];
             #pragma GCC unroll 4
-            for (int h = 0; h < NH; h++) sh[h] = sl[h] = _mm256_setzero_si256();
-            #pragma GCC unroll 8
-            for (int k = 0; k < nk; k++) {
-                __m256i c = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
-                #pragma GCC unroll 4
-                for (int h = 0; h < NH; h++) {
-                    sh[h] = _mm256_add_epi16(sh[h], _mm256_maddubs_epi16(c, _mm256_set1_epi32(qh[h][w * nk + k])));
-                    sl[h] = _mm256_add_epi16(sl[h], _mm256_maddubs_epi16(c, _mm256_set1_epi32(ql[h][w * nk + k])));
-                }
-            }
+            for (int k = 0; k < 4; k++)
+                if (keep && k < nk) cc[k] = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
-                ah[h] = _mm256_add_epi32(ah[h], _mm256_madd_epi16(sh[h], ones));
-                al[h] = _mm256_add_epi32(al[h], _mm256_madd_epi16(sl[h], ones));
+                __m256i sh = _mm256_setzero_si256(), sl = _mm256_setzero_si256();
+                #pragma GCC unroll 8
+                for (int k = 0; k < nk; k++) {
+                    __m256i c = keep ? cc[k] : _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
+                    sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(c, _mm256_set1_epi32(qh[h][w * nk + k])));
+                    sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(c, _mm256_set1_epi32(ql[h][w * nk + k])));
+                }
+                acc[h] = _mm256_add_epi32(acc[h], _mm256_add_epi32(_mm256_madd_epi16(sh, w256), _mm256_madd_epi16(sl, ones)));
             }
         }
         int a, e;
@@ -116,8 +120,7 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
         __m256i m = lane_mask(a, e);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
-            __m256i dot = _mm256_add_epi32(_mm256_slli_epi32(ah[h], 8), al[h]);
-            __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(alpha[h]),
+            __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_set1_ps(alpha[h]),
                                        _mm256_set1_ps(cterm[h]));
             _mm256_maskstore_ps(s + (size_t)h * lds + first - j0, m, f);
         }
