@@ -94,10 +94,10 @@ static inline void kvc_q4k_scale_min(int j, const uint8_t *s, int *sc, int *m) {
     }
 }
 
-/* q4_k / q5_k: all 8 scales (out[0..7]) and 8 mins (out[8..15]) at once with
- * 32-bit word operations (the SIMD kernels' unpacking; equals kvc_q4k_scale_min). */
-static inline void kvc_q4k_unpack(const uint8_t *s, uint8_t out[16]) {
-    uint32_t u[4];
+/* q4_k / q5_k: all 8 scales (bytes 0..7 of u) and 8 mins (bytes 8..15) at
+ * once with 32-bit word operations (the SIMD kernels' unpacking; equals
+ * kvc_q4k_scale_min); kvc_q4k_unpack gives them as 16 bytes. */
+static inline void kvc_q4k_words(const uint8_t *s, uint32_t u[4]) {
     memcpy(u, s, 12);
     const uint32_t m6 = 0x3f3f3f3f, m4 = 0x0f0f0f0f, m2 = 0x03030303;
     u[3] = ((u[2] >> 4) & m4) | (((u[1] >> 6) & m2) << 4); /* mins 4..7 */
@@ -105,6 +105,10 @@ static inline void kvc_q4k_unpack(const uint8_t *s, uint8_t out[16]) {
     u[1] = (u[2] & m4) | (((u[0] >> 6) & m2) << 4);        /* scales 4..7 */
     u[2] = mins_lo;
     u[0] &= m6; /* scales 0..3 */
+}
+static inline void kvc_q4k_unpack(const uint8_t *s, uint8_t out[16]) {
+    uint32_t u[4];
+    kvc_q4k_words(s, u);
     memcpy(out, u, 16);
 }
 

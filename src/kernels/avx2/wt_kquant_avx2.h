@@ -26,21 +26,27 @@ typedef struct kq2_sb {
     float d, dmin;
 } kq2_sb;
 
+/* Per token: the scaled dot products and (q4_k / q5_k) the scaled min
+ * corrections, 8 lanes each, summed across lanes only at the end: a
+ * horizontal sum per super-block and a scalar accumulator kept in memory
+ * were a fifth of the work. */
 typedef struct kq2_acc {
-    __m256 acc;
-    float accs;
+    __m256 acc, accm;
 } kq2_acc;
 
-/* q4_k / q5_k: scales (words 0..7 as set1 vectors of x[2c], x[2c+1]) and mins twice. */
+/* q4_k / q5_k: scales (words 0..7 as set1 vectors of x[2c], x[2c+1]) and mins
+ * twice, built in registers: filled through memory, 16 two-byte stores read
+ * back as one vector stalled on store forwarding in every super-block. */
 KVC_AINLINE void kq2_scales_mins(const uint8_t *packed, kq2_sb *u) {
-    uint8_t scm[16];
-    kvc_q4k_unpack(packed, scm);
-    for (int k = 0; k < 8; k++)
-        u->s[k] = _mm256_set1_epi16((short)scm[k]);
-    int16_t m2[16];
-    for (int g = 0; g < 16; g++)
-        m2[g] = scm[8 + g / 2];
-    u->corr = _mm256_loadu_si256((const __m256i *)m2);
+    uint32_t w[4];
+    kvc_q4k_words(packed, w);
+    const __m128i scm = _mm_setr_epi32((int)w[0], (int)w[1], (int)w[2], (int)w[3]);
+    /* the scales as int16, in both lanes */
+    const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scm));
+    for (int k = 0; k < 8; k++) /* shuffle control: bytes 2k, 2k+1 (scale k) in every word */
+        u->s[k] = _mm256_shuffle_epi8(sc16, _mm256_set1_epi16((short)((2 * k + 1) << 8 | 2 * k)));
+    const __m128i twice = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    u->corr = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(scm, twice));
 }
 
 /* q4_k: chunk c of 32 bytes holds elements 64c..64c+31 (low nibbles) and 64c+32.. (high). */
@@ -93,13 +99,20 @@ KVC_AINLINE void kq2_unpack_q6_k(const kvc_blk_q6_k *b, kq2_sb *u) {
         q[3] = _mm256_or_si256(
             _mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 6), m2), 4));
+    }
+    /* Scales as int16 in registers, as for q4_k: x[4h+k] meets sc[8h+2k] in its low and sc[8h+2k+1]
+     * in its high 128 bits, picked from a half of the 16 that both lanes hold. */
+    const __m128i sc8 = _mm_loadu_si128((const __m128i *)b->scales);
+    for (int h = 0; h < 2; h++) {
+        const __m256i half =
+            _mm256_broadcastsi128_si256(_mm_cvtepi8_epi16(h ? _mm_srli_si128(sc8, 8) : sc8));
         for (int k = 0; k < 4; k++) {
-            const int g = 8 * h + 2 * k;
-            u->s[4 * h + k] = _mm256_set_m128i(_mm_set1_epi16(b->scales[g + 1]),
-                                               _mm_set1_epi16(b->scales[g]));
+            const short lo = (short)((4 * k + 1) << 8 | 4 * k), hi = (short)(lo + 0x0202);
+            const __m256i pick = _mm256_set_m128i(_mm_set1_epi16(hi), _mm_set1_epi16(lo));
+            u->s[4 * h + k] = _mm256_shuffle_epi8(half, pick);
         }
     }
-    u->corr = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    u->corr = _mm256_cvtepi8_epi16(sc8);
     u->d = kvc_f16_load_avx2(&b->d);
     u->dmin = 0.0f;
 }
@@ -113,18 +126,20 @@ KVC_AINLINE void kq2_token_step(kq2_kind kind, const kq2_sb *u, const int8_t *a,
         __m256i p = _mm256_maddubs_epi16(u->x[k], _mm256_loadu_si256((const __m256i *)(a + 32 * k)));
         sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, u->s[k]));
     }
-    const int32_t corr =
-        kvc_hsum256_epi32(_mm256_madd_epi16(u->corr, _mm256_loadu_si256((const __m256i *)bsum)));
+    const __m256i corr = _mm256_madd_epi16(u->corr, _mm256_loadu_si256((const __m256i *)bsum));
     if (kind == KQ2_MINS) {
         acc->acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(u->d * da), acc->acc);
-        acc->accs += u->dmin * da * (float)corr;
-    } else {
-        acc->accs += u->d * da * (float)(kvc_hsum256_epi32(sumi) - 32 * corr);
+        acc->accm =
+            _mm256_fmadd_ps(_mm256_cvtepi32_ps(corr), _mm256_set1_ps(u->dmin * da), acc->accm);
+    } else { /* q6_k: the -32 offset of every value, exactly, in the integers */
+        sumi = _mm256_sub_epi32(sumi, _mm256_slli_epi32(corr, 5));
+        acc->acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi), _mm256_set1_ps(u->d * da), acc->acc);
     }
 }
 
 KVC_AINLINE float kq2_finish(kq2_kind kind, const kq2_acc *acc) {
-    return kind == KQ2_MINS ? kvc_hsum256_ps(acc->acc) - acc->accs : acc->accs;
+    return kind == KQ2_MINS ? kvc_hsum256_ps(acc->acc) - kvc_hsum256_ps(acc->accm)
+                            : kvc_hsum256_ps(acc->acc);
 }
 
 typedef void (*kq2_unpack_fn)(const void *row, int64_t i, kq2_sb *u);
@@ -134,7 +149,7 @@ KVC_AINLINE float kq2_dot(kq2_kind kind, kq2_unpack_fn unpack, const void *row, 
     const int8_t *qa = kvc_act_q(act);
     const float *da = kvc_act_q8_k_d(act, n);
     const int16_t *bsum = kvc_act_q8_k_bsum(act, n);
-    kq2_acc acc = {_mm256_setzero_ps(), 0.0f};
+    kq2_acc acc = {_mm256_setzero_ps(), _mm256_setzero_ps()};
     for (int64_t i = 0; i < n / KVC_QKK; i++) {
         kq2_sb u;
         unpack(row, i, &u);
@@ -153,7 +168,7 @@ KVC_AINLINE void kq2_tokens(kq2_kind kind, const kq2_sb *u, int64_t nsb, const u
 #pragma GCC unroll 4
     for (int t = 0; t < T; t++) {
         const void *act = acts + (size_t)t * act_stride;
-        acc[t] = (kq2_acc){_mm256_setzero_ps(), 0.0f};
+        acc[t] = (kq2_acc){_mm256_setzero_ps(), _mm256_setzero_ps()};
         qa[t] = kvc_act_q(act), da[t] = kvc_act_q8_k_d(act, n), bsum[t] = kvc_act_q8_k_bsum(act, n);
     }
     for (int64_t i = 0; i < nsb; i++) {
