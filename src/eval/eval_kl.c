@@ -333,6 +333,9 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
     for (int w = 0; st == KVC_OK && w < W; w++) {
         job.tokens = tokens + rep->window_start[w];
         st = reference_window(&job, w, ref_in, ref_out, ref, logits, ref_lp, rep, &nll);
+        /* the file is whole after the last window's reference: finish it before that window's
+         * methods, so a long run stopped during them still leaves the reference behind */
+        if (st == KVC_OK && ref_out && w == W - 1) st = kvc_kl_ref_finish(ref_out);
         if (st == KVC_OK && p->dense_check && w == 0)
             st = dense_check(&job, ref, rep, ref_lp, scratch);
         for (int k = 0; st == KVC_OK && k < n_specs; k++) {
@@ -343,7 +346,6 @@ kvc_status kvc_eval_kl_run(kvc_model *m, const int32_t *tokens, int n_tokens,
             job.done = per_window * w + per_run * (k + 1 + ref_runs) + dense;
         }
     }
-    if (st == KVC_OK && ref_out) st = kvc_kl_ref_finish(ref_out);
     kvc_kl_ref_close(ref_in);
     kvc_kl_ref_close(ref_out);
     if (st == KVC_OK) rep->ref_ppl = exp(nll / (double)npos);
