@@ -2,8 +2,12 @@
  * instruction, so each byte of a tile's bitmap (8 channels) selects a PSHUFB
  * pattern from a 256-entry table that spreads the next popcount(byte) packed
  * f16 values to their channels (zeros elsewhere); VCVTPH2PS widens them to 8
- * f32. The 16-byte loads may run past the last value: buffers carry
- * KVC_BITMAP_PAD readable bytes. Scalar reference: src/kv/codec/bitmap.c. */
+ * f32. Where each chunk's values start comes from the mask at once
+ * (chunk_offsets), not from a pointer advanced chunk by chunk. As in the dense
+ * AVX2 kernels, heads go in blocks of up to 3 with compile-time block shapes so
+ * the accumulators stay in registers: q·k 4 tokens x 3 heads, p·v half a tile
+ * (4 chunks) x 3 heads. The 16-byte loads may run past the last value: buffers
+ * carry KVC_BITMAP_PAD readable bytes. Scalar reference: src/kv/codec/bitmap.c. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <string.h>
@@ -30,12 +34,42 @@ static void lut_init(void) {
     }
 }
 
-/* 8 channels of a tile under mask byte b: returns them as f32, advances *pp. */
-ALWAYS_INLINE __m256 expand8(const kvc_f16 **pp, unsigned b) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)*pp);
-    __m128i x = _mm_shuffle_epi8(raw, _mm_load_si128((const __m128i *)spread_lut[b]));
-    *pp += __builtin_popcount(b);
-    return _mm256_cvtph_ps(x);
+/* 8 channels of a tile under mask byte b, from the packed values at p, as f32. */
+ALWAYS_INLINE __m256 expand8(const kvc_f16 *p, unsigned b) {
+    __m128i raw = _mm_loadu_si128((const __m128i *)p);
+    return _mm256_cvtph_ps(_mm_shuffle_epi8(raw, _mm_load_si128((const __m128i *)spread_lut[b])));
+}
+
+/* Byte j = the number of set bits of mask bytes 0..j-1 (byte 0 = 0): where the
+ * values of each 8-channel chunk of a tile start. Computed from the mask at
+ * once (byte popcounts, then a multiply for the prefix sums), so the chunks'
+ * loads do not wait on each other as a running pointer made them. */
+ALWAYS_INLINE uint64_t chunk_offsets(uint64_t m) {
+    uint64_t x = m - ((m >> 1) & 0x5555555555555555ull);
+    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
+    return (x * 0x0101010101010101ull) << 8; /* bytes <= 56 before the shift: no carries */
+}
+
+/* Values of token i's tile t: its row, past the values of its earlier tiles. */
+ALWAYS_INLINE const kvc_f16 *tile_vals(const kvc_bitmap_view *v, int nt, size_t i, int t) {
+    const kvc_f16 *vp = v->vals + i * (size_t)v->keep;
+    for (int u = 0; u < t; u++)
+        vp += __builtin_popcountll(v->bits[i * nt + u]);
+    return vp;
+}
+
+ALWAYS_INLINE void prefetch_token(const kvc_bitmap_view *v, int nt, size_t i) {
+    const kvc_f16 *vp = v->vals + (i + 16) * (size_t)v->keep;
+    _mm_prefetch((const char *)vp, _MM_HINT_T0);
+    _mm_prefetch((const char *)vp + 64, _MM_HINT_T0);
+    _mm_prefetch((const char *)(v->bits + (i + 16) * nt), _MM_HINT_T0);
+}
+
+/* Sums of a[0..3] (each 8 lanes) as one 4-lane vector. */
+ALWAYS_INLINE __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
 }
 
 ALWAYS_INLINE float hsum8(__m256 a) {
@@ -45,42 +79,78 @@ ALWAYS_INLINE float hsum8(__m256 a) {
     return _mm_cvtss_f32(s);
 }
 
-ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, const int G,
-                            int n, float *scores, int ld) {
-    int nt = kvc_bitmap_tiles(k->d);
-    for (int i = 0; i < n; i++) {
-        size_t tok = (size_t)i;
-        const uint64_t *bits = k->bits + tok * nt;
-        const kvc_f16 *vp = k->vals + tok * (size_t)k->keep;
-        _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep), _MM_HINT_T0);
-        _mm_prefetch((const char *)(vp + 16 * (size_t)k->keep) + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
-        __m256 acc[4];
-        for (int h = 0; h < G; h++) acc[h] = _mm256_setzero_ps();
-        for (int t = 0; t < nt; t++) {
-            uint64_t m = bits[t];
-            for (int j = 0; j < 8; j++) {
-                unsigned b = (unsigned)(m >> (8 * j)) & 0xff;
-                __m256 f = expand8(&vp, b);
-                for (int h = 0; h < G; h++)
-                    acc[h] = _mm256_fmadd_ps(f, _mm256_loadu_ps(qs[h] + t * 64 + 8 * j), acc[h]);
-            }
+/* Scores of H heads (a compile-time constant, <= 3) for tokens [i, i+T), T = 4 or 1
+ * (compile-time): T x H accumulators in registers, each expanded chunk used by
+ * all H heads. qs[h] are 64-float-padded query rows. */
+ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *const *qs, size_t i,
+                             float *scores, int ld, const int H, const int T) {
+    __m256 acc[4][3];
+    #pragma GCC unroll 8
+    for (int u = 0; u < T; u++)
+        #pragma GCC unroll 8
+        for (int h = 0; h < H; h++)
+            acc[u][h] = _mm256_setzero_ps();
+    for (int t = 0; t < nt; t++) {
+        const kvc_f16 *vp[4];
+        uint64_t m[4], off[4];
+        #pragma GCC unroll 8
+        for (int u = 0; u < T; u++) {
+            m[u] = k->bits[(i + u) * nt + t];
+            off[u] = chunk_offsets(m[u]);
+            vp[u] = tile_vals(k, nt, i + u, t);
         }
-        for (int h = 0; h < G; h++) scores[(size_t)h * ld + i] = hsum8(acc[h]);
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            #pragma GCC unroll 8
+            for (int u = 0; u < T; u++) {
+                __m256 f =
+                    expand8(vp[u] + (off[u] >> 8 * j & 0xff), (unsigned)(m[u] >> 8 * j) & 0xff);
+                #pragma GCC unroll 8
+                for (int h = 0; h < H; h++)
+                    acc[u][h] =
+                        _mm256_fmadd_ps(f, _mm256_loadu_ps(qs[h] + t * 64 + 8 * j), acc[u][h]);
+            }
     }
+    #pragma GCC unroll 8
+    for (int h = 0; h < H; h++) {
+        if (T == 4)
+            _mm_storeu_ps(scores + (size_t)h * ld + i,
+                          reduce4(acc[0][h], acc[1][h], acc[2][h], acc[3][h]));
+        else
+            scores[(size_t)h * ld + i] = hsum8(acc[0][h]);
+    }
+}
+
+ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, int n, float *scores,
+                            int ld, const int H) {
+    int nt = kvc_bitmap_tiles(k->d);
+    size_t i = 0;
+    for (; i + 4 <= (size_t)n; i += 4) {
+        #pragma GCC unroll 8
+        for (int u = 0; u < 4; u++)
+            prefetch_token(k, nt, i + u);
+        qk_tokens(k, nt, qs, i, scores, ld, H, 4);
+    }
+    for (; i < (size_t)n; i++)
+        qk_tokens(k, nt, qs, i, scores, ld, H, 1);
+}
+
+/* Heads in blocks of 3 (2 + 2 for 4), as the dense AVX2 kernels. */
+static int head_block(int left) {
+    return left == 4 ? 2 : left < 3 ? left : 3;
 }
 
 void kvc_qk_bitmap_f16_avx2(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
                             float *scores, int ld) {
     pthread_once(&lut_once, lut_init);
     int d = k->d, nt = kvc_bitmap_tiles(d);
-    _Alignas(32) float rows[4 * KVC_BITMAP_MAX_D];
-    for (int h0 = 0; h0 < g; h0 += 4) {
-        int gb = g - h0 < 4 ? g - h0 : 4;
-        const float *qs[4];
+    _Alignas(32) float rows[3 * KVC_BITMAP_MAX_D];
+    for (int h0 = 0; h0 < g;) {
+        int gb = head_block(g - h0);
+        const float *qs[3];
         for (int h = 0; h < gb; h++) {
             const float *qh = q + (size_t)(h0 + h) * ldq;
-            if (d & 63) {
+            if (d & 63) { /* the last tile's padding channels meet zeros */
                 float *r = rows + (size_t)h * nt * 64;
                 memcpy(r, qh, (size_t)d * sizeof(float));
                 memset(r + d, 0, (size_t)(nt * 64 - d) * sizeof(float));
@@ -90,61 +160,80 @@ void kvc_qk_bitmap_f16_avx2(const kvc_bitmap_view *k, int n, const float *q, int
             }
         }
         float *sc = scores + (size_t)h0 * ld;
-        switch (gb) {
-        case 1: qk_heads(k, qs, 1, n, sc, ld); break;
-        case 2: qk_heads(k, qs, 2, n, sc, ld); break;
-        case 3: qk_heads(k, qs, 3, n, sc, ld); break;
-        default: qk_heads(k, qs, 4, n, sc, ld); break;
-        }
+        if (gb == 3)
+            qk_heads(k, qs, n, sc, ld, 3);
+        else if (gb == 2)
+            qk_heads(k, qs, n, sc, ld, 2);
+        else
+            qk_heads(k, qs, n, sc, ld, 1);
+        h0 += gb;
     }
 }
 
-/* Tile column t of n tokens into G heads' 64 outputs; 8 ymm per head of
- * accumulators, so heads go in pairs (16 accumulators). */
-ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, const int G, int ld,
-                           int n, float *out /* [G][64] */) {
-    int nt = kvc_bitmap_tiles(v->d);
-    __m256 acc[2][8];
-    for (int h = 0; h < G; h++)
-        for (int r = 0; r < 8; r++) acc[h][r] = _mm256_setzero_ps();
-    for (int i = 0; i < n; i++) {
-        size_t tok = (size_t)i;
-        const uint64_t *bits = v->bits + tok * nt;
-        const kvc_f16 *vp = v->vals + tok * (size_t)v->keep;
-        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep), _MM_HINT_T0);
-        _mm_prefetch((const char *)(vp + 16 * (size_t)v->keep) + 64, _MM_HINT_T0);
-        _mm_prefetch((const char *)(bits + 16 * nt), _MM_HINT_T0);
-        for (int u = 0; u < t; u++) vp += __builtin_popcountll(bits[u]);
-        uint64_t m = bits[t];
-        __m256 w[2];
-        for (int h = 0; h < G; h++) w[h] = _mm256_set1_ps(p[(size_t)h * ld + i]);
-        for (int j = 0; j < 8; j++) {
-            unsigned b = (unsigned)(m >> (8 * j)) & 0xff;
-            __m256 f = expand8(&vp, b);
-            for (int h = 0; h < G; h++) acc[h][j] = _mm256_fmadd_ps(w[h], f, acc[h][j]);
+/* Chunks [j0, j0+4) of tile t (32 channels) of n tokens into H heads' outputs
+ * (H <= 3, compile-time): 4 x H accumulators, H weights and the expanded chunk
+ * fill the 16 registers. out[h*64 + 8c] receives the sums (overwritten). */
+ALWAYS_INLINE void pv_half(const kvc_bitmap_view *v, int nt, int t, int j0, const float *p, int ld,
+                           int n, float *out, const int H) {
+    __m256 acc[3][4];
+    #pragma GCC unroll 8
+    for (int h = 0; h < H; h++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < 4; c++)
+            acc[h][c] = _mm256_setzero_ps();
+    for (size_t i = 0; i < (size_t)n; i++) {
+        if (j0 == 0) prefetch_token(v, nt, i);
+        uint64_t m = v->bits[i * nt + t], off = chunk_offsets(m);
+        const kvc_f16 *vp = tile_vals(v, nt, i, t);
+        #pragma GCC unroll 8
+        for (int c = 0; c < 4; c++) {
+            int j = j0 + c;
+            __m256 f = expand8(vp + (off >> 8 * j & 0xff), (unsigned)(m >> 8 * j) & 0xff);
+/* the weight is broadcast from memory at each use: held in registers for
+ * the 4 chunks, 3 heads' weights made the accumulators spill */
+            #pragma GCC unroll 8
+            for (int h = 0; h < H; h++)
+                acc[h][c] =
+                    _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)h * ld + i), f, acc[h][c]);
         }
     }
-    for (int h = 0; h < G; h++)
-        for (int r = 0; r < 8; r++) _mm256_storeu_ps(out + h * 64 + r * 8, acc[h][r]);
+    #pragma GCC unroll 8
+    for (int h = 0; h < H; h++)
+        #pragma GCC unroll 8
+        for (int c = 0; c < 4; c++)
+            _mm256_storeu_ps(out + h * 64 + 8 * (j0 + c), acc[h][c]);
+}
+
+ALWAYS_INLINE void pv_heads(const kvc_bitmap_view *v, int n, const float *p, int ld, float *out,
+                            int ldo, const int H) {
+    int d = v->d, nt = kvc_bitmap_tiles(d);
+    _Alignas(32) float part[3 * 64];
+    for (int t = 0; t < nt; t++) {
+        int w = d - t * 64 < 64 ? d - t * 64 : 64;
+        pv_half(v, nt, t, 0, p, ld, n, part, H);
+        if (w > 32) pv_half(v, nt, t, 4, p, ld, n, part, H);
+        for (int h = 0; h < H; h++) {
+            float *o = out + (size_t)h * ldo + t * 64;
+            for (int c = 0; c < w; c++)
+                o[c] += part[h * 64 + c];
+        }
+    }
 }
 
 void kvc_pv_bitmap_f16_avx2(const kvc_bitmap_view *v, int n, const float *p, int g, int ld,
                             float *out, int ldo) {
     pthread_once(&lut_once, lut_init);
-    int d = v->d, nt = kvc_bitmap_tiles(d);
-    _Alignas(32) float part[2][64];
-    for (int h0 = 0; h0 < g; h0 += 2) {
-        int gb = g - h0 < 2 ? g - h0 : 2;
+    for (int h0 = 0; h0 < g;) {
+        int gb = head_block(g - h0);
         const float *ph = p + (size_t)h0 * ld;
-        for (int t = 0; t < nt; t++) {
-            if (gb == 1) pv_tile(v, t, ph, 1, ld, n, &part[0][0]);
-            else pv_tile(v, t, ph, 2, ld, n, &part[0][0]);
-            int w = d - t * 64 < 64 ? d - t * 64 : 64;
-            for (int h = 0; h < gb; h++) {
-                float *o = out + (size_t)(h0 + h) * ldo + t * 64;
-                for (int c = 0; c < w; c++) o[c] += part[h][c];
-            }
-        }
+        float *oh = out + (size_t)h0 * ldo;
+        if (gb == 3)
+            pv_heads(v, n, ph, ld, oh, ldo, 3);
+        else if (gb == 2)
+            pv_heads(v, n, ph, ld, oh, ldo, 2);
+        else
+            pv_heads(v, n, ph, ld, oh, ldo, 1);
+        h0 += gb;
     }
 }
 
