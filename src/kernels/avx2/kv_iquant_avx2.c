@@ -1,7 +1,8 @@
 /* AVX2 kernels of the integer quant codecs (iquant.h): the AVX-512 kernels'
  * structure (kv_iquant_avx512.c) on 8 lanes, with vpmaddubsw (u8 x s8 pairs
  * into i16) summed over a word's 8/bits shift-and-mask steps in i16 and one
- * vpmaddwd against ones per word instead of vpdpbusd. The i16 sums stay far
+ * vpmaddwd per word instead of vpdpbusd (for the key's two query halves, the
+ * high one's against 256s: both land in one i32 accumulator). The i16 sums stay far
  * from saturation: at most 8/bits x 2 x 255 x (2^bits - 1) <= 15300 for the
  * u8 weights, 8/bits x 2 x 127 x (2^bits - 1) <= 7620 for the query halves. */
 #include <immintrin.h>
