@@ -122,7 +122,8 @@ static void test_topk_random_and_ties(void **state) {
  * the f16 values are the format, not an approximation). */
 static void test_topk_simd_matches_reference(void **state) {
     (void)state;
-    if (kvc_cpu_isa() < KVC_ISA_AVX512) skip();
+    if (kvc_cpu_isa() < KVC_ISA_AVX2) skip();
+    const int avx512 = kvc_cpu_isa() >= KVC_ISA_AVX512;
     const int ds[] = {1, 3, 16, 17, 63, 64, 65, 80, 128, 200, 256, 1024};
     static float x[1024];
     uint64_t m1[16], m2[16];
@@ -142,6 +143,9 @@ static void test_topk_simd_matches_reference(void **state) {
             }
             for (int keep = 0; keep <= d; keep += (d > 40 ? d / 13 + 1 : 1)) {
                 kvc_prune_topk_scalar(x, d, keep, m1);
+                kvc_prune_topk_avx2(x, d, keep, m2);
+                assert_memory_equal(m1, m2, sizeof(uint64_t) * ((d + 63) / 64));
+                if (!avx512) continue;
                 kvc_prune_topk_avx512(x, d, keep, m2);
                 assert_memory_equal(m1, m2, sizeof(uint64_t) * ((d + 63) / 64));
                 if (kind == 4) continue; /* NaN payloads may differ in the packed f16 */
@@ -153,6 +157,9 @@ static void test_topk_simd_matches_reference(void **state) {
                 assert_memory_equal(v1, v2, sizeof(kvc_f16) * (size_t)keep);
             }
             kvc_prune_topk_scalar(x, d, d, m1);
+            kvc_prune_topk_avx2(x, d, d, m2);
+            assert_memory_equal(m1, m2, sizeof(uint64_t) * ((d + 63) / 64));
+            if (!avx512) continue;
             kvc_prune_topk_avx512(x, d, d, m2);
             assert_memory_equal(m1, m2, sizeof(uint64_t) * ((d + 63) / 64));
         }
@@ -331,7 +338,10 @@ static void test_dispatch_follows_isa(void **state) {
     (void)state;
     kvc_bitmap_kernels want = kvc_bitmap_ref;
     kvc_prune_topk_fn topk = kvc_prune_topk_scalar;
-    if (kvc_active_isa() >= KVC_ISA_AVX2) kvc_bitmap_register_avx2(&want);
+    if (kvc_active_isa() >= KVC_ISA_AVX2) {
+        kvc_bitmap_register_avx2(&want);
+        kvc_prune_register_avx2(&topk);
+    }
     if (kvc_active_isa() >= KVC_ISA_AVX512) {
         kvc_bitmap_register_avx512(&want);
         kvc_prune_register_avx512(&topk);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kv/codec/bitmap.h"
+#include "kv/codec/prune.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
@@ -236,6 +237,63 @@ void kvc_pv_bitmap_f16_avx2(const kvc_bitmap_view *v, int n, const float *p, int
         h0 += gb;
     }
 }
+
+/* Top-k pruning mask (kvc_prune_topk, src/kv/codec/prune.c) without a sort, as
+ * the AVX-512 variant: the keep-th largest |score| bit pattern is found from
+ * the top bit down, one bit per round of vector compare-and-count (|x| bit
+ * patterns and the candidates are below 2^31, so the signed compare orders
+ * them; lanes past d hold -1, below every candidate), then the values above it
+ * and the lowest-index ties fill the mask. Same result as the reference. */
+void kvc_prune_topk_avx2(const float *score, int d, int keep, uint64_t *mask) {
+    int nw = (d + 63) / 64, nv = (d + 7) / 8;
+    for (int w = 0; w < nw; w++) mask[w] = 0;
+    if (keep <= 0) return;
+    __m256i a[KVC_BITMAP_MAX_D / 8];
+    const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+    for (int j = 0; j < nv; j++) {
+        int left = d - 8 * j;
+        if (left >= 8) {
+            a[j] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(score + 8 * j)), absm);
+        } else {
+            int32_t buf[8] = {-1, -1, -1, -1, -1, -1, -1, -1};
+            for (int c = 0; c < left; c++) {
+                memcpy(&buf[c], score + 8 * j + c, 4);
+                buf[c] &= 0x7fffffff;
+            }
+            a[j] = _mm256_loadu_si256((const __m256i *)buf);
+        }
+    }
+    uint32_t T = 0;
+    for (int b = 30; b >= 0; b--) {
+        uint32_t c = T | 1u << b;
+        __m256i cv = _mm256_set1_epi32((int)c), below = _mm256_setzero_si256();
+        for (int j = 0; j < nv; j++) below = _mm256_sub_epi32(below, _mm256_cmpgt_epi32(cv, a[j]));
+        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(below), _mm256_extracti128_si256(below, 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+        if (8 * nv - _mm_cvtsi128_si32(s4) >= keep) T = c; /* at least keep values >= c */
+    }
+    const __m256i t = _mm256_set1_epi32((int)T);
+    uint64_t gt[KVC_BITMAP_MAX_D / 64] = {0}, eq[KVC_BITMAP_MAX_D / 64] = {0};
+    int n_gt = 0;
+    for (int j = 0; j < nv; j++) {
+        uint64_t g = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(a[j], t)));
+        uint64_t e = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(a[j], t)));
+        gt[j >> 3] |= g << (8 * (j & 7));
+        eq[j >> 3] |= e << (8 * (j & 7));
+        n_gt += __builtin_popcountll(g);
+    }
+    int need = keep - n_gt;
+    for (int w = 0; w < nw; w++) {
+        int have = __builtin_popcountll(eq[w]);
+        int take = need < have ? need : have;
+        uint64_t sel = take <= 0 ? 0 : take >= 64 ? eq[w] : _pdep_u64((1ull << take) - 1, eq[w]);
+        mask[w] = gt[w] | sel;
+        need -= take;
+    }
+}
+
+void kvc_prune_register_avx2(kvc_prune_topk_fn *k) { *k = kvc_prune_topk_avx2; }
 
 void kvc_bitmap_register_avx2(kvc_bitmap_kernels *k) {
     k->qk = kvc_qk_bitmap_f16_avx2;

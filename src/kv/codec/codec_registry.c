@@ -57,6 +57,7 @@ static void init_all(void) {
         kvc_pk_register_avx2(&kvc_pk_k);
         kvc_packed_register_avx2(&kvc_packed_k);
         kvc_bitmap_register_avx2(&kvc_bitmap_k);
+        kvc_prune_register_avx2(&kvc_prune_topk_k);
     }
     if (isa >= KVC_ISA_AVX512) { /* over AVX2: what a file does not implement stays (PackKV's packs of 8) */
         kvc_dense_register_avx512(&kvc_dense_k);

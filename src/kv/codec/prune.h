@@ -22,14 +22,16 @@ int kvc_prune_keep_count(double sparsity, int d);
  * d <= KVC_PRUNE_MAX_D, 0 <= keep <= d. */
 void kvc_prune_topk(const float *score, int d, int keep, uint64_t *mask);
 
-/* The scalar reference (quickselect on 64-bit keys) and the AVX-512 variant
- * (src/kernels/avx512/kv_bitmap_avx512.c). kvc_prune_topk calls
+/* The scalar reference (quickselect on 64-bit keys) and the AVX2 / AVX-512
+ * variants (src/kernels/<isa>/kv_bitmap_<isa>.c). kvc_prune_topk calls
  * kvc_prune_topk_k: the reference until kvc_codecs_init() registers the
- * AVX-512 variant over it (codec_registry.c). */
+ * machine's variant over it (codec_registry.c). */
 typedef void (*kvc_prune_topk_fn)(const float *score, int d, int keep, uint64_t *mask);
 void kvc_prune_topk_scalar(const float *score, int d, int keep, uint64_t *mask);
+void kvc_prune_topk_avx2(const float *score, int d, int keep, uint64_t *mask);
 void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask);
 extern kvc_prune_topk_fn kvc_prune_topk_k;
+void kvc_prune_register_avx2(kvc_prune_topk_fn *k);
 void kvc_prune_register_avx512(kvc_prune_topk_fn *k);
 
 /* Output-aware score of one key (Figure 3): score[c] = |k[c]| * qsum[c], where
