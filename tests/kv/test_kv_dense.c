@@ -57,7 +57,7 @@ static void test_kernels_match_reference(void **state) {
     kvc_codecs_init();
     const int ns[] = {0, 1, 3, 4, 5, 8, 17, 63, 256};
     const int ds[] = {1, 7, 8, 16, 33, 64, 80, 128};
-    const int Gs[] = {1, 2, 3, 4, 5, 8};
+    const int Gs[] = {1, 2, 3, 4, 5, 6, 7, 8};
     for (int ti = 0; ti < 3; ti++) {
         kvc_dense_type t = types[ti];
         float big = t == KVC_DENSE_F16 ? 6e4f : 1e15f;
