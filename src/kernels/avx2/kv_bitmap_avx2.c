@@ -3,7 +3,7 @@
  * pattern from a 256-entry table that spreads the next popcount(byte) packed
  * f16 values to their channels (zeros elsewhere); VCVTPH2PS widens them to 8
  * f32. Where each chunk's values start comes from the mask at once
- * (chunk_offsets), not from a pointer advanced chunk by chunk. As in the dense
+ * (kvc_piece_offsets), not from a pointer advanced chunk by chunk. As in the dense
  * AVX2 kernels, heads go in blocks of up to 3 with compile-time block shapes so
  * the accumulators stay in registers: q·k 4 tokens x 3 heads, p·v half a tile
  * (4 chunks) x 3 heads. The 16-byte loads may run past the last value: buffers
@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "kernels/avx2/kv_sparse_avx2.h"
 #include "kv/codec/bitmap.h"
 #include "kv/codec/prune.h"
 
@@ -39,17 +40,6 @@ static void lut_init(void) {
 ALWAYS_INLINE __m256 expand8(const kvc_f16 *p, unsigned b) {
     __m128i raw = _mm_loadu_si128((const __m128i *)p);
     return _mm256_cvtph_ps(_mm_shuffle_epi8(raw, _mm_load_si128((const __m128i *)spread_lut[b])));
-}
-
-/* Byte j = the number of set bits of mask bytes 0..j-1 (byte 0 = 0): where the
- * values of each 8-channel chunk of a tile start. Computed from the mask at
- * once (byte popcounts, then a multiply for the prefix sums), so the chunks'
- * loads do not wait on each other as a running pointer made them. */
-ALWAYS_INLINE uint64_t chunk_offsets(uint64_t m) {
-    uint64_t x = m - ((m >> 1) & 0x5555555555555555ull);
-    x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-    x = (x + (x >> 4)) & 0x0f0f0f0f0f0f0f0full;
-    return (x * 0x0101010101010101ull) << 8; /* bytes <= 56 before the shift: no carries */
 }
 
 /* Values of token i's tile t: its row, past the values of its earlier tiles. */
@@ -97,7 +87,7 @@ ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *cons
         #pragma GCC unroll 8
         for (int u = 0; u < T; u++) {
             m[u] = k->bits[(i + u) * nt + t];
-            off[u] = chunk_offsets(m[u]);
+            off[u] = kvc_piece_offsets(m[u]);
             vp[u] = tile_vals(k, nt, i + u, t);
         }
         #pragma GCC unroll 8
@@ -184,7 +174,7 @@ ALWAYS_INLINE void pv_half(const kvc_bitmap_view *v, int nt, int t, int j0, cons
             acc[h][c] = _mm256_setzero_ps();
     for (size_t i = 0; i < (size_t)n; i++) {
         if (j0 == 0) prefetch_token(v, nt, i);
-        uint64_t m = v->bits[i * nt + t], off = chunk_offsets(m);
+        uint64_t m = v->bits[i * nt + t], off = kvc_piece_offsets(m);
         const kvc_f16 *vp = tile_vals(v, nt, i, t);
         #pragma GCC unroll 8
         for (int c = 0; c < 4; c++) {

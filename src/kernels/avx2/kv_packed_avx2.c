@@ -10,6 +10,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/avx2/kv_sparse_avx2.h"
 #include "kv/codec/packed.h"
 #include "kv/codec/packed_dispatch.h"
 
@@ -40,12 +41,32 @@ ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, const int g, int r) {
     return _pdep_u32(gb, 0x11u) * 15u;
 }
 
-ALWAYS_INLINE __m256 expand_piece(const kvc_f16 **p, unsigned m) {
-    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)*p));
-    *p += __builtin_popcount(m);
+/* The 8 channels of a piece with channel mask m whose packed values start at p. */
+ALWAYS_INLINE __m256 expand_at(const kvc_f16 *p, unsigned m) {
+    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
     __m256 y = _mm256_permutevar8x32_ps(x, _mm256_loadu_si256((const __m256i *)perm[m]));
-    __m256i bit = _mm256_and_si256(_mm256_set1_epi32((int)m), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
-    return _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_cmpeq_epi32(bit, _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128))));
+    const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    __m256i bit = _mm256_and_si256(_mm256_set1_epi32((int)m), lane_bit);
+    return _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_cmpeq_epi32(bit, lane_bit)));
+}
+
+ALWAYS_INLINE __m256 expand_piece(const kvc_f16 **p, unsigned m) {
+    __m256 x = expand_at(*p, m);
+    *p += __builtin_popcount(m);
+    return x;
+}
+
+/* The channel masks of pieces r0 .. r0+7 (those below np), byte k for piece
+ * r0+k, from the token's group bits at once: 64 / g group bits, spread over
+ * their g channels each. r0 is a multiple of 8, so the bits start at a
+ * 64-bit (g = 1), 32-bit (g = 2) or 16-bit (g = 4) boundary. */
+ALWAYS_INLINE uint64_t pieces_mask(const uint32_t *bits, int nw, const int g, int r0, int np) {
+    const int pos = r0 * (8 / g), w0 = pos >> 5;
+    uint64_t gb = bits[w0] >> (pos & 31), m;
+    if (g == 1) m = w0 + 1 < nw ? gb | (uint64_t)bits[w0 + 1] << 32 : gb;
+    else if (g == 2) m = _pdep_u64(gb & 0xffffffffu, 0x5555555555555555ull) * 3u;
+    else m = _pdep_u64(gb & 0xffffu, 0x1111111111111111ull) * 15u;
+    return np - r0 >= 8 ? m : m & ((1ull << 8 * (np - r0)) - 1);
 }
 
 ALWAYS_INLINE float hsum(__m256 a) {
@@ -62,7 +83,10 @@ ALWAYS_INLINE __m256i piece_lanes(int d, int r) {
 }
 
 /* Heads [0, G) and group size g compile-time constants after inlining, so that
- * the accumulators stay in registers. */
+ * the accumulators stay in registers. Every piece is expanded (an empty one
+ * gives zeros): the per-vector masks are not predictable, and a branch on
+ * them cost more than the work; where each piece's values start comes from
+ * the token's masks at once (kvc_piece_offsets). */
 ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, const int G, int ldq,
                             float *s, int lds, const int g) {
     const int d = k->d, np = (d + 7) / 8, nw = k->nw, nv = k->nv;
@@ -73,15 +97,18 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
         __m256 acc[8];
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) acc[h] = _mm256_setzero_ps();
-        for (int r = 0; r < np; r++) {
-            unsigned m = piece_mask(bits, g, r);
-            if (!m) continue;
-            const int c0 = 8 * r;
-            const __m256i lanes = r + 1 < np ? all : last;
-            __m256 f = expand_piece(&vp, m);
-            #pragma GCC unroll 8
-            for (int h = 0; h < G; h++)
-                acc[h] = _mm256_fmadd_ps(f, _mm256_maskload_ps(q + (size_t)h * ldq + c0, lanes), acc[h]);
+        for (int r0 = 0; r0 < np; r0 += 8) {
+            const uint64_t m = pieces_mask(bits, nw, g, r0, np), off = kvc_piece_offsets(m);
+            const int pieces = np - r0 < 8 ? np - r0 : 8;
+            for (int j = 0; j < pieces; j++) {
+                const int r = r0 + j;
+                const __m256i lanes = r + 1 < np ? all : last;
+                __m256 f = expand_at(vp + (off >> 8 * j & 0xff), (unsigned)(m >> 8 * j) & 0xff);
+                #pragma GCC unroll 8
+                for (int h = 0; h < G; h++)
+                    acc[h] = _mm256_fmadd_ps(f, _mm256_maskload_ps(q + (size_t)h * ldq + 8 * r, lanes), acc[h]);
+            }
+            vp += __builtin_popcountll(m);
         }
         #pragma GCC unroll 8
         for (int h = 0; h < G; h++) s[(size_t)h * lds + t] = hsum(acc[h]);
