@@ -106,7 +106,8 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
                 __m256 f = expand_at(vp + (off >> 8 * j & 0xff), (unsigned)(m >> 8 * j) & 0xff);
                 #pragma GCC unroll 8
                 for (int h = 0; h < G; h++)
-                    acc[h] = _mm256_fmadd_ps(f, _mm256_maskload_ps(q + (size_t)h * ldq + 8 * r, lanes), acc[h]);
+                    acc[h] = _mm256_fmadd_ps(f, _mm256_maskload_ps(q + (size_t)h * ldq + 8 * r, lanes),
+                                             acc[h]);
             }
             vp += __builtin_popcountll(m);
         }
