@@ -273,14 +273,7 @@ void kvc_prune_topk_avx2(const float *score, int d, int keep, uint64_t *mask) {
         eq[j >> 3] |= e << (8 * (j & 7));
         n_gt += __builtin_popcountll(g);
     }
-    int need = keep - n_gt;
-    for (int w = 0; w < nw; w++) {
-        int have = __builtin_popcountll(eq[w]);
-        int take = need < have ? need : have;
-        uint64_t sel = take <= 0 ? 0 : take >= 64 ? eq[w] : _pdep_u64((1ull << take) - 1, eq[w]);
-        mask[w] = gt[w] | sel;
-        need -= take;
-    }
+    kvc_prune_mask_from_threshold(gt, eq, n_gt, keep, nw, mask);
 }
 
 void kvc_prune_register_avx2(kvc_prune_topk_fn *k) { *k = kvc_prune_topk_avx2; }

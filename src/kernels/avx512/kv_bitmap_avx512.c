@@ -255,14 +255,7 @@ void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask) 
         eq[j >> 2] |= e << (16 * (j & 3));
         n_gt += __builtin_popcountll(g);
     }
-    int need = keep - n_gt;
-    for (int w = 0; w < nw; w++) {
-        int have = __builtin_popcountll(eq[w]);
-        int take = need < have ? need : have;
-        uint64_t sel = take <= 0 ? 0 : take >= 64 ? eq[w] : _pdep_u64((1ull << take) - 1, eq[w]);
-        mask[w] = gt[w] | sel;
-        need -= take;
-    }
+    kvc_prune_mask_from_threshold(gt, eq, n_gt, keep, nw, mask);
 }
 
 /* kvc_bitmap_pack: the kept values of 16 channels at a time compressed

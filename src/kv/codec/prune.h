@@ -34,6 +34,19 @@ extern kvc_prune_topk_fn kvc_prune_topk_k;
 void kvc_prune_register_avx2(kvc_prune_topk_fn *k);
 void kvc_prune_register_avx512(kvc_prune_topk_fn *k);
 
+/* The last step of the SIMD top-k variants: given the channels whose |score|
+ * is above the keep-th largest (gt, n_gt of them) and those equal to it (eq),
+ * nw words each, sets gt and the lowest-index ties until `keep` in mask. */
+static inline void kvc_prune_mask_from_threshold(const uint64_t *gt, const uint64_t *eq, int n_gt,
+                                                 int keep, int nw, uint64_t *mask) {
+    int need = keep - n_gt;
+    for (int w = 0; w < nw; w++) {
+        uint64_t e = eq[w], sel = 0;
+        for (; need > 0 && e; need--, e &= e - 1) sel |= e & (~e + 1); /* the lowest tie left */
+        mask[w] = gt[w] | sel;
+    }
+}
+
 /* Output-aware score of one key (Figure 3): score[c] = |k[c]| * qsum[c], where
  * qsum is the element-wise sum of |q| over the queries (all heads of the GQA
  * group) that attended while the key sat in the local window. */
