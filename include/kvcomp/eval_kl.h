@@ -51,8 +51,11 @@ typedef struct kvc_eval_kl_params {
     int n_windows;   /* <= 1: one window at the start of the text */
     /* The reference's logits: read from ref_in instead of running full:f32,
      * or written to ref_out after running it (src/eval/kl_ref.h; NULL: neither).
-     * A file made by another model, text, ctx, cont, windows or batch is refused. */
+     * A file made by another model, text, ctx, cont, windows, batch, thread
+     * count, kernel ISA or kvcomp build is refused; ref_any_build accepts one
+     * from another build or ISA (to measure how far the kernels move the logits). */
     const char *ref_in, *ref_out;
+    int ref_any_build;
 } kvc_eval_kl_params;
 
 typedef struct kvc_eval_kl_method {

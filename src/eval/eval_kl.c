@@ -245,6 +245,8 @@ static void reference_id(const kvc_model_info *info, const int32_t *tokens, int 
     id->n_batch = p->n_batch > 0 ? p->n_batch : 512;
     id->n_threads = kvc_threads_resolve(p->n_threads);
     id->tokens_hash = kvc_kl_ref_tokens_hash(tokens, start, n_windows, p->n_ctx + p->n_cont + 1);
+    id->build_hash = kvc_kl_ref_build_hash();
+    id->isa = (int32_t)kvc_active_isa();
 }
 
 /* Opens the reference file to read (ref_in) or to write (ref_out), if any. */
@@ -257,7 +259,7 @@ static kvc_status reference_file(const kvc_model_info *info, const int32_t *toke
     if (!p->ref_in && !p->ref_out) return KVC_OK;
     kvc_kl_ref_id id;
     reference_id(info, tokens, n_tokens, p, n_windows, start, &id);
-    return p->ref_in ? kvc_kl_ref_open(p->ref_in, &id, in)
+    return p->ref_in ? kvc_kl_ref_open(p->ref_in, &id, p->ref_any_build, in)
                      : kvc_kl_ref_create(p->ref_out, &id, out);
 }
 

@@ -17,7 +17,7 @@
 #include "base/status.h"
 
 static const char REF_MAGIC[8] = {'K', 'V', 'C', 'K', 'L', 'R', 'E', 'F'};
-enum { REF_VERSION = 1, HEADER_BYTES = 128 };
+enum { REF_VERSION = 2, HEADER_BYTES = 128 };
 /* Header offsets (docs/formats.md); the checksum covers the bytes before OFF_SUM. */
 enum {
     OFF_VERSION = 8,
@@ -28,7 +28,9 @@ enum {
     OFF_INTS = 48,
     N_INTS = 9,
     OFF_TOKENS = 88,
-    OFF_SUM = 96
+    OFF_BUILD = 96,
+    OFF_ISA = 104,
+    OFF_SUM = 112
 };
 
 /* The stats are stored as the struct's bytes: every field is 8 bytes wide, so
@@ -83,6 +85,8 @@ static void encode_header(const kvc_kl_ref_id *id, unsigned char *b) {
     for (int i = 0; i < N_INTS; i++)
         memcpy(b + OFF_INTS + 4 * i, f[i], 4);
     memcpy(b + OFF_TOKENS, &id->tokens_hash, 8);
+    memcpy(b + OFF_BUILD, &id->build_hash, 8);
+    memcpy(b + OFF_ISA, &id->isa, 4);
     uint64_t sum = kvc_hash64(b, OFF_SUM, 0);
     memcpy(b + OFF_SUM, &sum, 8);
 }
@@ -110,12 +114,19 @@ static kvc_status decode_header(const char *path, const unsigned char *b, kvc_kl
     for (int i = 0; i < N_INTS; i++)
         memcpy(f[i], b + OFF_INTS + 4 * i, 4);
     memcpy(&id->tokens_hash, b + OFF_TOKENS, 8);
+    memcpy(&id->build_hash, b + OFF_BUILD, 8);
+    memcpy(&id->isa, b + OFF_ISA, 4);
     return KVC_OK;
 }
 
-/* The first field in which the file's header differs from the run's. */
+static const char *isa_name(int32_t isa) {
+    return isa >= KVC_ISA_SCALAR && isa <= KVC_ISA_AVX512 ? kvc_isa_name((kvc_isa)isa) : "unknown";
+}
+
+/* The first field in which the file's header differs from the run's; the
+ * build and the kernels' ISA only when any_build is 0. */
 static kvc_status match_header(const char *path, const kvc_kl_ref_id *got,
-                               const kvc_kl_ref_id *want) {
+                               const kvc_kl_ref_id *want, int any_build) {
     KVC_CHECK(strcmp(got->arch, want->arch) == 0, KVC_ERR_ARG,
               "--ref '%s': made with a '%s' model, this run's model is '%s'", path, got->arch,
               want->arch);
@@ -138,7 +149,34 @@ static kvc_status match_header(const char *path, const kvc_kl_ref_id *got,
     KVC_CHECK(got->tokens_hash == want->tokens_hash, KVC_ERR_ARG,
               "--ref '%s': the windows' tokens differ from this run's (another text or tokenizer)",
               path);
+    if (any_build) return KVC_OK;
+    KVC_CHECK(got->isa == want->isa, KVC_ERR_ARG,
+              "--ref '%s': made with the %s kernels, this run uses %s (their rounding moves the "
+              "logits; --ref-any-build accepts it)",
+              path, isa_name(got->isa), isa_name(want->isa));
+    KVC_CHECK(got->build_hash == want->build_hash, KVC_ERR_ARG,
+              "--ref '%s': made by another kvcomp build (executable checksum %016" PRIx64
+              ", this one %016" PRIx64 "; builds round differently; --ref-any-build accepts it)",
+              path, got->build_hash, want->build_hash);
     return KVC_OK;
+}
+
+uint64_t kvc_kl_ref_build_hash(void) {
+    static uint64_t cached;
+    static int done;
+    if (done) return cached;
+    FILE *fp = fopen("/proc/self/exe", "rb");
+    uint64_t h = 0;
+    if (fp) {
+        static unsigned char buf[1 << 16];
+        size_t n;
+        while ((n = fread(buf, 1, sizeof buf, fp)) > 0)
+            h = kvc_hash64(buf, n, h);
+        h = ferror(fp) ? 0 : h;
+        fclose(fp);
+    }
+    cached = h, done = 1;
+    return h;
 }
 
 /* ---- writing ------------------------------------------------------------------- */
@@ -201,7 +239,8 @@ kvc_status kvc_kl_ref_finish(kvc_kl_ref_file *f) {
 
 /* ---- reading ------------------------------------------------------------------- */
 
-kvc_status kvc_kl_ref_open(const char *path, const kvc_kl_ref_id *want, kvc_kl_ref_file **out) {
+kvc_status kvc_kl_ref_open(const char *path, const kvc_kl_ref_id *want, int any_build,
+                           kvc_kl_ref_file **out) {
     *out = NULL;
     int fd = -1;
     KVC_TRY(kvc_file_open_regular(path, &fd));
@@ -221,7 +260,7 @@ kvc_status kvc_kl_ref_open(const char *path, const kvc_kl_ref_id *want, kvc_kl_r
                         : kvc_fail(KVC_ERR_FORMAT, "--ref '%s': shorter than its %d-byte header",
                                    path, HEADER_BYTES);
     if (st == KVC_OK) st = decode_header(path, h, &f->id);
-    if (st == KVC_OK) st = match_header(path, &f->id, want);
+    if (st == KVC_OK) st = match_header(path, &f->id, want, any_build);
     if (st == KVC_OK && fstat(fileno(fp), &sb) != 0)
         st = kvc_fail(KVC_ERR_IO, "--ref '%s': %s", path, strerror(errno));
     if (st == KVC_OK) { /* the header matched this run, so the sizes are this run's sane ones */

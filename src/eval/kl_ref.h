@@ -32,6 +32,8 @@ typedef struct kvc_kl_ref_id {
     int32_t n_layers, dim, n_vocab;
     int32_t n_text_tokens, n_ctx, n_cont, n_windows, n_batch, n_threads;
     uint64_t tokens_hash; /* kvc_kl_ref_tokens_hash of the windows' tokens */
+    uint64_t build_hash;  /* kvc_kl_ref_build_hash: which kvcomp binary made it */
+    int32_t isa;          /* kvc_active_isa(): which kernels */
 } kvc_kl_ref_id;
 
 /* The reference's row for one window, stored beside its logits. */
@@ -48,6 +50,12 @@ typedef struct kvc_kl_ref_file kvc_kl_ref_file;
  * from start[w]. */
 uint64_t kvc_kl_ref_tokens_hash(const int32_t *tokens, const int *start, int n_windows, int len);
 
+/* A checksum of the running executable (/proc/self/exe; 0 if unreadable).
+ * Two builds round differently (the order of a kernel's sums), and that moves
+ * the logits as much as a method can: another build's reference is refused
+ * unless the caller accepts it (any_build in kvc_kl_ref_open). */
+uint64_t kvc_kl_ref_build_hash(void);
+
 /* Writing: create PATH.tmp with the header, put every window in order, then
  * finish (renames to PATH). close without finish removes PATH.tmp. */
 kvc_status kvc_kl_ref_create(const char *path, const kvc_kl_ref_id *id, kvc_kl_ref_file **out);
@@ -57,7 +65,8 @@ kvc_status kvc_kl_ref_finish(kvc_kl_ref_file *f);
 
 /* Reading: open checks the header against want and the file's size; get reads
  * window w (n_cont x n_vocab logits) and checks its checksum and start. */
-kvc_status kvc_kl_ref_open(const char *path, const kvc_kl_ref_id *want, kvc_kl_ref_file **out);
+kvc_status kvc_kl_ref_open(const char *path, const kvc_kl_ref_id *want, int any_build,
+                           kvc_kl_ref_file **out);
 kvc_status kvc_kl_ref_get(kvc_kl_ref_file *f, int w, kvc_kl_ref_window *win, float *logits);
 
 void kvc_kl_ref_close(kvc_kl_ref_file *f);

@@ -4,7 +4,8 @@
 # ppl ratio 1; full:f16 with small chunks gives a KL that is small but not
 # zero; --windows: per-window results, pooled mean = mean of the windows', the
 # interval around it; --ref-out then --ref gives the same results, and a
-# reference file of another run, altered or truncated is refused), eval ruler (JSON, scores in [0, 1], both methods scored on every
+# reference file of another run, build or ISA, altered or truncated is
+# refused), eval ruler (JSON, scores in [0, 1], both methods scored on every
 # sample), the table and the PNG, methods --json, bench bw/attn/decode JSON,
 # dump-kv -> bench attn --dump, and bad
 # flags (exit 2 with a message naming the flag). Asserts behaviour, not speed.
@@ -153,6 +154,23 @@ expect 1 "truncated" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --con
 expect 1 "not a reference file" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 \
     --windows 2 -b 32 -t 1 --kv full:f32 --ref "$TEXT"
 expect 2 "--ref and --ref-out together" "$KVCOMP" eval kl --ref a --ref-out b
+# another build (the same executable with one byte appended: another checksum)
+# and, where the machine has SIMD kernels, another ISA are refused unless
+# --ref-any-build; two builds' rounding moves the logits as much as a method
+cp "$KVCOMP" "$TMP/kvcomp-other" && printf '\n' >>"$TMP/kvcomp-other"
+run kl_other "$TMP/kvcomp-other" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 -b 32 -t 1 \
+    --kv full:f32 --ref-out "$TMP/other.ref" --json
+expect 1 "made by another kvcomp build" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 \
+    --cont 8 -b 32 -t 1 --kv full:f32 --ref "$TMP/other.ref"
+run kl_anybuild "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 -b 32 -t 1 \
+    --kv full:f32 --ref "$TMP/other.ref" --ref-any-build --json
+if [[ $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["machine"]["isa"])' \
+    "$TMP/kl_refout.out") != scalar ]]; then
+    KVC_ISA=scalar "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 -b 32 -t 1 \
+        --kv full:f32 --ref-out "$TMP/scalar.ref" >/dev/null 2>&1
+    expect 1 "made with the scalar kernels, this run uses" "$KVCOMP" eval kl -m "$MODEL" \
+        --text "$TEXT" --ctx 96 --cont 8 -b 32 -t 1 --kv full:f32 --ref "$TMP/scalar.ref"
+fi
 
 # ---- eval ruler ----
 run ruler "$KVCOMP" eval ruler -m "$MODEL" --text "$TEXT" --task niah_single,vt --len 400 -t 1 \
