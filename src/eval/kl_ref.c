@@ -119,10 +119,6 @@ static kvc_status decode_header(const char *path, const unsigned char *b, kvc_kl
     return KVC_OK;
 }
 
-static const char *isa_name(int32_t isa) {
-    return isa >= KVC_ISA_SCALAR && isa <= KVC_ISA_AVX512 ? kvc_isa_name((kvc_isa)isa) : "unknown";
-}
-
 /* The first field in which the file's header differs from the run's; the
  * build and the kernels' ISA only when any_build is 0. */
 static kvc_status match_header(const char *path, const kvc_kl_ref_id *got,
@@ -153,7 +149,7 @@ static kvc_status match_header(const char *path, const kvc_kl_ref_id *got,
     KVC_CHECK(got->isa == want->isa, KVC_ERR_ARG,
               "--ref '%s': made with the %s kernels, this run uses %s (their rounding moves the "
               "logits; --ref-any-build accepts it)",
-              path, isa_name(got->isa), isa_name(want->isa));
+              path, kvc_isa_name((kvc_isa)got->isa), kvc_isa_name((kvc_isa)want->isa));
     KVC_CHECK(got->build_hash == want->build_hash, KVC_ERR_ARG,
               "--ref '%s': made by another kvcomp build (executable checksum %016" PRIx64
               ", this one %016" PRIx64 "; builds round differently; --ref-any-build accepts it)",

@@ -12,7 +12,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "kernels/avx2/kv_sparse_avx2.h"
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/codec/bitmap.h"
 #include "kv/codec/prune.h"
 
@@ -42,7 +42,8 @@ ALWAYS_INLINE __m256 expand8(const kvc_f16 *p, unsigned b) {
     return _mm256_cvtph_ps(_mm_shuffle_epi8(raw, _mm_load_si128((const __m128i *)spread_lut[b])));
 }
 
-/* Values of token i's tile t: its row, past the values of its earlier tiles. */
+/* Values of token i's tile t: its row, past the values of its earlier tiles
+ * (p·v, which goes tile by tile over all tokens). */
 ALWAYS_INLINE const kvc_f16 *tile_vals(const kvc_bitmap_view *v, int nt, size_t i, int t) {
     const kvc_f16 *vp = v->vals + i * (size_t)v->keep;
     for (int u = 0; u < t; u++)
@@ -57,19 +58,6 @@ ALWAYS_INLINE void prefetch_token(const kvc_bitmap_view *v, int nt, size_t i) {
     _mm_prefetch((const char *)(v->bits + (i + 16) * nt), _MM_HINT_T0);
 }
 
-/* Sums of a[0..3] (each 8 lanes) as one 4-lane vector. */
-ALWAYS_INLINE __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
-ALWAYS_INLINE float hsum8(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* Scores of H heads (a compile-time constant, <= 3) for tokens [i, i+T), T = 4 or 1
  * (compile-time): T x H accumulators in registers, each expanded chunk used by
  * all H heads. qs[h] are 64-float-padded query rows. */
@@ -81,14 +69,16 @@ ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *cons
         #pragma GCC unroll 8
         for (int h = 0; h < H; h++)
             acc[u][h] = _mm256_setzero_ps();
+    const kvc_f16 *vp[4]; /* each token's values of tile t, advanced tile by tile */
+    #pragma GCC unroll 8
+    for (int u = 0; u < T; u++)
+        vp[u] = k->vals + (i + u) * (size_t)k->keep;
     for (int t = 0; t < nt; t++) {
-        const kvc_f16 *vp[4];
         uint64_t m[4], off[4];
         #pragma GCC unroll 8
         for (int u = 0; u < T; u++) {
             m[u] = k->bits[(i + u) * nt + t];
             off[u] = kvc_piece_offsets(m[u]);
-            vp[u] = tile_vals(k, nt, i + u, t);
         }
         #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
@@ -101,14 +91,17 @@ ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *cons
                     acc[u][h] =
                         _mm256_fmadd_ps(f, _mm256_loadu_ps(qs[h] + t * 64 + 8 * j), acc[u][h]);
             }
+        #pragma GCC unroll 8
+        for (int u = 0; u < T; u++)
+            vp[u] += __builtin_popcountll(m[u]);
     }
     #pragma GCC unroll 8
     for (int h = 0; h < H; h++) {
         if (T == 4)
             _mm_storeu_ps(scores + (size_t)h * ld + i,
-                          reduce4(acc[0][h], acc[1][h], acc[2][h], acc[3][h]));
+                          kvc_reduce4_avx2(acc[0][h], acc[1][h], acc[2][h], acc[3][h]));
         else
-            scores[(size_t)h * ld + i] = hsum8(acc[0][h]);
+            scores[(size_t)h * ld + i] = kvc_hsum256_ps(acc[0][h]);
     }
 }
 
@@ -126,18 +119,13 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, in
         qk_tokens(k, nt, qs, i, scores, ld, H, 1);
 }
 
-/* Heads in blocks of 3 (2 + 2 for 4), as the dense AVX2 kernels. */
-static int head_block(int left) {
-    return left == 4 ? 2 : left < 3 ? left : 3;
-}
-
 void kvc_qk_bitmap_f16_avx2(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
                             float *scores, int ld) {
     pthread_once(&lut_once, lut_init);
     int d = k->d, nt = kvc_bitmap_tiles(d);
     _Alignas(32) float rows[3 * KVC_BITMAP_MAX_D];
     for (int h0 = 0; h0 < g;) {
-        int gb = head_block(g - h0);
+        int gb = kvc_head_block_avx2(g - h0);
         const float *qs[3];
         for (int h = 0; h < gb; h++) {
             const float *qh = q + (size_t)(h0 + h) * ldq;
@@ -215,7 +203,7 @@ void kvc_pv_bitmap_f16_avx2(const kvc_bitmap_view *v, int n, const float *p, int
                             float *out, int ldo) {
     pthread_once(&lut_once, lut_init);
     for (int h0 = 0; h0 < g;) {
-        int gb = head_block(g - h0);
+        int gb = kvc_head_block_avx2(g - h0);
         const float *ph = p + (size_t)h0 * ld;
         float *oh = out + (size_t)h0 * ldo;
         if (gb == 3)
@@ -258,10 +246,7 @@ void kvc_prune_topk_avx2(const float *score, int d, int keep, uint64_t *mask) {
         uint32_t c = T | 1u << b;
         __m256i cv = _mm256_set1_epi32((int)c), below = _mm256_setzero_si256();
         for (int j = 0; j < nv; j++) below = _mm256_sub_epi32(below, _mm256_cmpgt_epi32(cv, a[j]));
-        __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(below), _mm256_extracti128_si256(below, 1));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
-        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
-        if (8 * nv - _mm_cvtsi128_si32(s4) >= keep) T = c; /* at least keep values >= c */
+        if (8 * nv - kvc_hsum256_epi32(below) >= keep) T = c; /* at least keep values >= c */
     }
     const __m256i t = _mm256_set1_epi32((int)T);
     uint64_t gt[KVC_BITMAP_MAX_D / 64] = {0}, eq[KVC_BITMAP_MAX_D / 64] = {0};

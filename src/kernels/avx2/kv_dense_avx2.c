@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "base/f16.h"
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/codec/dense.h"
 
 typedef enum { T_F32, T_F16, T_BF16 } elem_t;
@@ -50,22 +51,12 @@ static inline __m256 loadq_part(const float *q, int left) {
     return _mm256_loadu_ps(buf);
 }
 
-/* Sums of a[0..3] (each 8 lanes) as one 4-lane vector. */
-static inline __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
-    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-}
-
 static inline float hsum8(__m256 a) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     s = _mm_hadd_ps(s, s);
     s = _mm_hadd_ps(s, s);
     return _mm_cvtss_f32(s);
 }
-
-/* Heads block of the head-block split: 3 where possible, never a block of
- * more heads than remain, and no block of 1 left over when 2+2 fits. */
-static inline int head_block(int left) { return left == 4 ? 2 : left < 3 ? left : 3; }
 
 /* Scores of heads q[0..H-1] (H a compile-time constant after inlining) for
  * all n rows; `pf` says whether this pass prefetches (the first one). */
@@ -100,7 +91,7 @@ ALWAYS_INLINE void qk_heads(elem_t t, const char *xb, size_t row, int n, int d, 
             }
         }
         #pragma GCC unroll 16
-        for (int g = 0; g < H; g++) _mm_storeu_ps(s + (size_t)g * lds + i, reduce4(a[0][g], a[1][g], a[2][g], a[3][g]));
+        for (int g = 0; g < H; g++) _mm_storeu_ps(s + (size_t)g * lds + i, kvc_reduce4_avx2(a[0][g], a[1][g], a[2][g], a[3][g]));
     }
     for (; i < n; i++) {
         const char *xr = xb + (size_t)i * row;
@@ -126,7 +117,7 @@ ALWAYS_INLINE void qk_dense(elem_t t, const void *x, int n, int d, const float *
                             int lds) {
     size_t row = (size_t)d * esize(t);
     for (int g0 = 0; g0 < G;) {
-        int h = head_block(G - g0);
+        int h = kvc_head_block_avx2(G - g0);
         const float *qg = q + (size_t)g0 * ldq;
         float *sg = s + (size_t)g0 * lds;
         if (h == 3) qk_heads(t, x, row, n, d, qg, ldq, sg, lds, g0 == 0, 3);
@@ -200,7 +191,7 @@ ALWAYS_INLINE void pv_dense(elem_t t, const void *x, int n, int d, const float *
     for (int j0 = 0; j0 < d8; j0 += 32) {
         int C = (d8 - j0) / 8 < 4 ? (d8 - j0) / 8 : 4;
         for (int g0 = 0; g0 < G;) {
-            int h = head_block(G - g0), pf = j0 == 0 && g0 == 0;
+            int h = kvc_head_block_avx2(G - g0), pf = j0 == 0 && g0 == 0;
             const float *pg = p + (size_t)g0 * ldp;
             float *og = o + (size_t)g0 * ldo;
             if (h == 3) pv_chunks(t, x, row, n, j0, C, pg, ldp, og, ldo, pf, 3);

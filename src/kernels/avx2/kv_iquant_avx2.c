@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/codec/iquant.h"
 
 enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048, PF_PARAM = 512 /* tokens */ };
@@ -32,13 +33,6 @@ static inline float hmax(__m256 x) {
     m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
     return _mm_cvtss_f32(m);
 }
-static inline float hsum(__m256 x) {
-    __m128 m = _mm_add_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
-    m = _mm_add_ss(m, _mm_shuffle_ps(m, m, 1));
-    return _mm_cvtss_f32(m);
-}
-
 static inline __m256 load_f16x8(const kvc_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 /* i32 lanes: saturating narrowing of 8 i32 to 8 unsigned bytes. */
@@ -80,7 +74,7 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
         _mm_storeu_si128((__m128i *)(hi + c), _mm256_castsi256_si128(b));
         _mm_storeu_si128((__m128i *)(lo + c), _mm256_extracti128_si256(b, 1));
     }
-    return hsum(ct);
+    return kvc_hsum256_ps(ct);
 }
 
 /* Scores of NH heads (compile-time, as BITS) for tokens j0..j1 of a tile.
@@ -312,7 +306,7 @@ static void pv_avx2(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j
         }
         for (int h = 0; h < nh; h++)
             for (int g = 0; g < ng; g++) {
-                __m256 m = _mm256_set1_ps(hsum(_mm256_loadu_ps(st.mt[h][g])));
+                __m256 m = _mm256_set1_ps(kvc_hsum256_ps(_mm256_loadu_ps(st.mt[h][g])));
                 int c1 = (g + 1) * v->group < v->dim ? (g + 1) * v->group : v->dim;
                 for (int c = g * v->group; c < c1; c += 8)
                     _mm256_storeu_ps(ob + (size_t)h * ldo + c,

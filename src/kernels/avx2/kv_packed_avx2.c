@@ -10,7 +10,7 @@
 #include <immintrin.h>
 #include <string.h>
 
-#include "kernels/avx2/kv_sparse_avx2.h"
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/codec/packed.h"
 #include "kv/codec/packed_dispatch.h"
 
@@ -69,13 +69,6 @@ ALWAYS_INLINE uint64_t pieces_mask(const uint32_t *bits, int nw, const int g, in
     return np - r0 >= 8 ? m : m & ((1ull << 8 * (np - r0)) - 1);
 }
 
-ALWAYS_INLINE float hsum(__m256 a) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
 /* The lanes of piece r that are channels (d is a multiple of 4: a piece has
  * 8 or 4 channels). */
 ALWAYS_INLINE __m256i piece_lanes(int d, int r) {
@@ -112,7 +105,7 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
             vp += __builtin_popcountll(m);
         }
         #pragma GCC unroll 8
-        for (int h = 0; h < G; h++) s[(size_t)h * lds + t] = hsum(acc[h]);
+        for (int h = 0; h < G; h++) s[(size_t)h * lds + t] = kvc_hsum256_ps(acc[h]);
     }
 }
 

@@ -1,4 +1,5 @@
-/* Small AVX2 helpers shared by the weight kernels in this directory. */
+/* Small AVX2 helpers shared by the weight kernels in this directory (and,
+ * through kv_avx2_util.h, by the KV-cache kernels). */
 #ifndef KVC_KERNELS_WT_AVX2_UTIL_H
 #define KVC_KERNELS_WT_AVX2_UTIL_H
 
