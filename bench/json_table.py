@@ -58,14 +58,18 @@ def ruler_table(d, only):
 
 
 def attn_table(d, only):
-    print("| ctx | method | MiB/layer | median µs | best µs | GB/s | %%bw (of %.1f GB/s) | × first |" % d["bw_gbps"])
+    """With --no-bw there is no bandwidth: the %bw column shows "-"."""
+    bw = d.get("bw_gbps")
+    head = "%%bw (of %.1f GB/s)" % bw if bw else "%bw"
+    print("| ctx | method | MiB/layer | median µs | best µs | GB/s | %s | × first |" % head)
     print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in d["rows"]:
         if only and r["spec"] not in only:
             continue
-        print("| %d | %s | %.1f | %.0f | %.0f | %.1f | %.1f | %.3f |" % (
+        frac = "%.1f" % (100 * r["frac_bw"]) if r.get("frac_bw") is not None else "-"
+        print("| %d | %s | %.1f | %.0f | %.0f | %.1f | %s | %.3f |" % (
             r["ctx"], r["spec"], r["bytes_per_layer"] / 2**20, r["median_us"], r["best_us"],
-            r["gbps"], 100 * r["frac_bw"], r["ratio_vs_first"]))
+            r["gbps"], frac, r["ratio_vs_first"]))
 
 
 def main():
