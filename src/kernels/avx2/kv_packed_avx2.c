@@ -18,14 +18,23 @@
 
 enum { PV_TOKENS = 256 };
 
-/* perm[m][lane]: the packed value that lands in lane (the rank of the lane's
- * bit among the set bits of m); filled once by the register function. */
-static int32_t perm[256][8];
+/* expand_tab[m]: for a piece with channel mask m, the VPERMPS index of each
+ * lane (the rank of the lane's bit among the set bits of m) and the lane mask
+ * that zeroes the lanes outside m, in one 64-byte line; filled once by the
+ * register function. */
+static struct {
+    int32_t idx[8];
+    int32_t keep[8];
+} expand_tab[256] __attribute__((aligned(64)));
 
-static void fill_perm(void) {
+static void fill_expand_tab(void) {
     for (int m = 0; m < 256; m++) {
         int rank = 0;
-        for (int lane = 0; lane < 8; lane++) perm[m][lane] = (m >> lane & 1) ? rank++ : 0;
+        for (int lane = 0; lane < 8; lane++) {
+            int on = m >> lane & 1;
+            expand_tab[m].idx[lane] = on ? rank++ : 0;
+            expand_tab[m].keep[lane] = on ? -1 : 0;
+        }
     }
 }
 
@@ -44,10 +53,8 @@ ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, const int g, int r) {
 /* The 8 channels of a piece with channel mask m whose packed values start at p. */
 ALWAYS_INLINE __m256 expand_at(const kvc_f16 *p, unsigned m) {
     __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-    __m256 y = _mm256_permutevar8x32_ps(x, _mm256_loadu_si256((const __m256i *)perm[m]));
-    const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    __m256i bit = _mm256_and_si256(_mm256_set1_epi32((int)m), lane_bit);
-    return _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_cmpeq_epi32(bit, lane_bit)));
+    __m256 y = _mm256_permutevar8x32_ps(x, _mm256_load_si256((const __m256i *)expand_tab[m].idx));
+    return _mm256_and_ps(y, _mm256_load_ps((const float *)expand_tab[m].keep));
 }
 
 ALWAYS_INLINE __m256 expand_piece(const kvc_f16 **p, unsigned m) {
@@ -75,6 +82,13 @@ ALWAYS_INLINE __m256i piece_lanes(int d, int r) {
     return d - 8 * r >= 8 ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
 }
 
+/* The query's channels of piece r: 8, or the last 4 (d is a multiple of 4)
+ * with zeros above; plain loads, which the FMAs take as memory operands. */
+ALWAYS_INLINE __m256 query_piece(const float *q, int d, int r) {
+    if (8 * r + 8 <= d) return _mm256_loadu_ps(q + 8 * r);
+    return _mm256_insertf128_ps(_mm256_setzero_ps(), _mm_loadu_ps(q + 8 * r), 0);
+}
+
 /* Heads [0, G) and group size g compile-time constants after inlining, so that
  * the accumulators stay in registers. Every piece is expanded (an empty one
  * gives zeros): the per-vector masks are not predictable, and a branch on
@@ -83,7 +97,6 @@ ALWAYS_INLINE __m256i piece_lanes(int d, int r) {
 ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, const int G, int ldq,
                             float *s, int lds, const int g) {
     const int d = k->d, np = (d + 7) / 8, nw = k->nw, nv = k->nv;
-    const __m256i last = piece_lanes(d, np - 1), all = _mm256_set1_epi32(-1);
     for (int t = 0; t < n; t++) {
         const uint32_t *bits = k->bits + (size_t)t * nw;
         const kvc_f16 *vp = k->vals + (size_t)t * nv;
@@ -94,13 +107,10 @@ ALWAYS_INLINE void qk_heads(const kvc_packed_view *k, int n, const float *q, con
             const uint64_t m = pieces_mask(bits, nw, g, r0, np), off = kvc_piece_offsets(m);
             const int pieces = np - r0 < 8 ? np - r0 : 8;
             for (int j = 0; j < pieces; j++) {
-                const int r = r0 + j;
-                const __m256i lanes = r + 1 < np ? all : last;
                 __m256 f = expand_at(vp + (off >> 8 * j & 0xff), (unsigned)(m >> 8 * j) & 0xff);
                 #pragma GCC unroll 8
                 for (int h = 0; h < G; h++)
-                    acc[h] = _mm256_fmadd_ps(f, _mm256_maskload_ps(q + (size_t)h * ldq + 8 * r, lanes),
-                                             acc[h]);
+                    acc[h] = _mm256_fmadd_ps(f, query_piece(q + (size_t)h * ldq, d, r0 + j), acc[h]);
             }
             vp += __builtin_popcountll(m);
         }
@@ -140,7 +150,7 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
 KVC_PACKED_ENTRY_POINTS(qk_avx2, pv_avx2)
 
 void kvc_packed_register_avx2(kvc_packed_kernels *k) {
-    fill_perm();
+    fill_expand_tab();
     k->qk = qk_avx2;
     k->pv = pv_avx2;
 }
