@@ -23,7 +23,6 @@
 
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
-#include "kv/codec/packed.h"
 #include "kv/synth.h"
 
 static uint64_t rng = 4242;
@@ -192,23 +191,6 @@ static void test_ablations(void **state) {
     kvc_cache_free(c);
 }
 
-/* kloss is the keys' own threshold: with kloss=0 nothing is loss-free, so the
- * keys get the least compressive candidate, while loss=1 gives the values the
- * most compressive one; and the other way round. */
-static void test_key_loss_threshold(void **state) {
-    (void)state;
-    const char *specs[2] = {"mosaic:segment=256,tokens=1,kloss=0,loss=1",
-                            "mosaic:segment=256,tokens=1,kloss=1,loss=0"};
-    for (int i = 0; i < 2; i++) {
-        kvc_cache *c = run_case(specs[i], 64, 300, 8, 1.0);
-        kvc_chunk *ch = kvc_cache_stream(c, 0, 0)->chunks[0];
-        int nk = kvc_packed_blob_view(ch->kb, 0).nv, nv = kvc_packed_blob_view(ch->vb, 0).nv;
-        if (i == 0) assert_true(nk > nv);
-        else assert_true(nk < nv);
-        kvc_cache_free(c);
-    }
-}
-
 /* Decode segments closed by the manager thread while decode goes on: the
  * attention checks of run_case hold at every checked step whatever the swap
  * timing; once the manager is done, the next step boundary swaps every final
@@ -268,7 +250,6 @@ int main(void) {
         cmocka_unit_test(test_attention_equals_reference),
         cmocka_unit_test(test_selection_equals_reference_over_selected),
         cmocka_unit_test(test_ablations),
-        cmocka_unit_test(test_key_loss_threshold),
         cmocka_unit_test(test_manager_swaps_segments),
         cmocka_unit_test(test_bad_specs),
     };

@@ -42,7 +42,7 @@
 #include "kv/method/mosaic_strategy.h"
 
 typedef struct mosaic_cfg {
-    float keep, tokens, trunc, loss, kloss, var, segloss;
+    float keep, tokens, trunc, loss, var, segloss;
     int segment, maxseg, window, group, block, rotate, pervector, dynamic, async;
 } mosaic_cfg;
 
@@ -57,7 +57,6 @@ static const kvc_param mosaic_params[] = {
     P_FLOAT("tokens", tokens, "0.1", 0, 1, "fraction of the compressed tokens attended (stage-2 block selection)"),
     P_FLOAT("trunc", trunc, "0.25", 0, 0.75, "fraction of rotated channels truncated per segment"),
     P_FLOAT("loss", loss, "0.15", 0, 1, "loss threshold of the rate / group-size choice (fraction of energy dropped)"),
-    P_FLOAT("kloss", kloss, "-1", -1, 1, "the keys' own loss threshold (-1: loss); attention is more sensitive to key error"),
     P_FLOAT("var", var, "0.5", 0, 1, "threshold of intra-block key variance / segment variance for the block size"),
     P_FLOAT("segloss", segloss, "64", 0, 1e9, "decode segments close when their accumulated loss reaches this"),
     P_INT("segment", segment, "2048", 32, 1 << 20, "prompt tokens per segment"),
@@ -116,8 +115,7 @@ static kvc_status mosaic_create(const kvc_method_env *env, void **state) {
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "mosaic state");
     st->cfg = *c;
     st->dim = env->head_dim;
-    st->opts = (kvc_mosaic_opts){.keep = c->keep, .trunc = c->trunc, .loss = c->loss,
-                                 .kloss = c->kloss < 0 ? c->loss : c->kloss, .var = c->var,
+    st->opts = (kvc_mosaic_opts){.keep = c->keep, .trunc = c->trunc, .loss = c->loss, .var = c->var,
                                  .group = c->group, .block = c->block, .rotate = c->rotate,
                                  .pervector = c->pervector, .dynamic = c->dynamic};
     if (c->async) {

@@ -81,7 +81,7 @@ static kvc_status choose_rate(const kvc_mosaic_opts *o, int d, const kvc_xform *
             int g = groups[gi];
             if (dk % g) continue;
             kvc_packed_cfg c = {.group = g, .keep = keep_groups(fracs[f], d, dk, g)};
-            if (sample_loss(xt, e, ns, dk, &c) <= (which ? o->loss : o->kloss)) best = c;
+            if (sample_loss(xt, e, ns, dk, &c) <= o->loss) best = c;
         }
     }
     if (!best.group) { /* nothing under the threshold: the least compressive candidate */

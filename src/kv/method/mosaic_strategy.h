@@ -15,8 +15,7 @@
 typedef struct kvc_mosaic_opts {
     float keep;    /* fraction of head_dim elements kept per vector (the middle candidate) */
     float trunc;   /* fraction of rotated channels truncated */
-    float loss;    /* loss threshold of the rate / group choice (values) */
-    float kloss;   /* the same for keys */
+    float loss;    /* loss threshold of the rate / group choice */
     float var;     /* intra-block key variance threshold of the block choice */
     int group;     /* 0: chosen by loss; else fixed 1, 2 or 4 */
     int block;     /* 0: chosen by variance; else fixed 4, 8 or 16 */
