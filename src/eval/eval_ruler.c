@@ -59,13 +59,32 @@ static kvc_status count_tokens(void *user, const char *prompt, const char *prefi
     return st;
 }
 
+/* Tokens done over the whole run, for the progress line (a 16K prompt is
+ * minutes of prefill on a small machine). */
+typedef struct ruler_progress {
+    kvc_progress line;
+    int64_t done;
+    int batch; /* prefill chunk: the context's own batch size */
+} ruler_progress;
+
+static void count_done(ruler_progress *rp, int n) {
+    rp->done += n;
+    kvc_progress_update(&rp->line, rp->done);
+}
+
 /* Greedy generation of up to max_new tokens after the prompt; the output text
- * is appended to out (cap bytes, NUL-terminated). */
+ * is appended to out (cap bytes, NUL-terminated). The prompt goes in the
+ * context's own chunks, so the progress line moves during the prefill. */
 static kvc_status generate(kvc_model *m, kvc_ctx *ctx, const int32_t *prompt, int n_prompt,
-                           int max_new, float *logits, char *out, size_t cap) {
+                           int max_new, float *logits, char *out, size_t cap,
+                           ruler_progress *rp) {
     out[0] = '\0';
     kvc_ctx_reset(ctx);
-    KVC_TRY(kvc_ctx_prefill(ctx, prompt, n_prompt, logits));
+    for (int i = 0; i < n_prompt; i += rp->batch) {
+        int n = n_prompt - i < rp->batch ? n_prompt - i : rp->batch;
+        KVC_TRY(kvc_ctx_prefill(ctx, prompt + i, n, i + n == n_prompt ? logits : NULL));
+        count_done(rp, n);
+    }
     kvc_model_info info;
     kvc_model_info_get(m, &info);
     kvc_detok *dt = NULL;
@@ -85,6 +104,7 @@ static kvc_status generate(kvc_model *m, kvc_ctx *ctx, const int32_t *prompt, in
         if (i + 1 == max_new) break;
         st = kvc_ctx_decode(ctx, tok, logits);
         if (st != KVC_OK) break;
+        count_done(rp, 1);
     }
     kvc_detok_free(dt);
     return st;
@@ -140,9 +160,11 @@ kvc_status kvc_eval_ruler_run(kvc_model *m, const char *haystack, size_t haystac
             snprintf(rep->methods[k].error, sizeof rep->methods[k].error, "%s", kvc_last_error());
     }
 
-    kvc_progress prog;
-    kvc_progress_begin(&prog, "eval ruler", (int64_t)p->n_tasks * p->samples * n_specs);
-    int64_t done = 0;
+    /* in tokens: each sample and method counts as len tokens (its prompt and
+     * answer, then a jump over what it left of the budget) */
+    ruler_progress rp = {.batch = p->n_batch > 0 ? p->n_batch : 512};
+    kvc_progress_begin(&rp.line, "eval ruler", (int64_t)p->n_tasks * p->samples * n_specs * p->len);
+    int64_t unit = 0;
     for (int ti = 0; st == KVC_OK && ti < p->n_tasks; ti++) {
         double tok_sum = 0;
         for (int si = 0; st == KVC_OK && si < p->samples; si++) {
@@ -160,11 +182,11 @@ kvc_status kvc_eval_ruler_run(kvc_model *m, const char *haystack, size_t haystac
             tok_sum += tb.n;
             for (int k = 0; st == KVC_OK && k < n_specs; k++) {
                 kvc_eval_ruler_method *r = &rep->methods[k];
-                done++;
+                rp.done = unit++ * p->len;
                 if (r->status != KVC_OK) continue;
                 double t0 = kvc_now_s();
                 kvc_clear_error();
-                r->status = generate(m, ctx[k], tb.t, tb.n, max_new, logits, out, sizeof out);
+                r->status = generate(m, ctx[k], tb.t, tb.n, max_new, logits, out, sizeof out, &rp);
                 r->seconds += kvc_now_s() - t0;
                 if (r->status != KVC_OK) {
                     snprintf(r->error, sizeof r->error, "%s", kvc_last_error());
@@ -177,13 +199,12 @@ kvc_status kvc_eval_ruler_run(kvc_model *m, const char *haystack, size_t haystac
                 c->n++;
                 c->n_perfect += score >= 1.0;
                 if (p->on_sample) p->on_sample(p->user, p->tasks[ti], si, specs[k], &s, out, score);
-                kvc_progress_update(&prog, done);
             }
             kvc_ruler_sample_free(&s);
         }
         rep->mean_prompt_tokens[ti] = tok_sum / p->samples;
     }
-    kvc_progress_end(&prog);
+    kvc_progress_end(&rp.line);
     for (int i = 0; rep->cells && i < p->n_tasks * n_specs; i++)
         if (rep->cells[i].n > 0) rep->cells[i].score /= rep->cells[i].n;
     for (int k = 0; ctx && k < n_specs; k++) kvc_ctx_free(ctx[k]);
