@@ -231,6 +231,9 @@ void kvc_ctx_free(kvc_ctx *c);
 void kvc_ctx_reset(kvc_ctx *c);
 /* Tokens processed so far. */
 int kvc_ctx_pos(const kvc_ctx *c);
+/* Prompt tokens per prefill chunk (n_batch after its default and the clamp to
+ * n_ctx): a caller that feeds the prompt in these chunks runs the same batches. */
+int kvc_ctx_batch(const kvc_ctx *c);
 
 /* Runs n prompt tokens (chunks of n_batch, each attending to the cached past
  * and densely to itself), appending their K/V to the cache. If logits is not

@@ -35,7 +35,7 @@ static kvc_status make_ctx(kl_job *job, const char *spec, kvc_ctx **ctx) {
 }
 
 static kvc_status prefill_context(kl_job *job, kvc_ctx *ctx) {
-    int batch = job->p->n_batch > 0 ? job->p->n_batch : 512;
+    const int batch = kvc_ctx_batch(ctx);
     for (int i = 0; i < job->p->n_ctx; i += batch) {
         int n = job->p->n_ctx - i < batch ? job->p->n_ctx - i : batch;
         KVC_TRY(kvc_ctx_prefill(ctx, job->tokens + i, n, NULL));

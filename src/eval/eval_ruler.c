@@ -64,7 +64,6 @@ static kvc_status count_tokens(void *user, const char *prompt, const char *prefi
 typedef struct ruler_progress {
     kvc_progress line;
     int64_t done;
-    int batch; /* prefill chunk: the context's own batch size */
 } ruler_progress;
 
 static void count_done(ruler_progress *rp, int n) {
@@ -80,8 +79,9 @@ static kvc_status generate(kvc_model *m, kvc_ctx *ctx, const int32_t *prompt, in
                            ruler_progress *rp) {
     out[0] = '\0';
     kvc_ctx_reset(ctx);
-    for (int i = 0; i < n_prompt; i += rp->batch) {
-        int n = n_prompt - i < rp->batch ? n_prompt - i : rp->batch;
+    const int batch = kvc_ctx_batch(ctx);
+    for (int i = 0; i < n_prompt; i += batch) {
+        int n = n_prompt - i < batch ? n_prompt - i : batch;
         KVC_TRY(kvc_ctx_prefill(ctx, prompt + i, n, i + n == n_prompt ? logits : NULL));
         count_done(rp, n);
     }
@@ -162,7 +162,7 @@ kvc_status kvc_eval_ruler_run(kvc_model *m, const char *haystack, size_t haystac
 
     /* in tokens: each sample and method counts as len tokens (its prompt and
      * answer, then a jump over what it left of the budget) */
-    ruler_progress rp = {.batch = p->n_batch > 0 ? p->n_batch : 512};
+    ruler_progress rp = {0};
     kvc_progress_begin(&rp.line, "eval ruler", (int64_t)p->n_tasks * p->samples * n_specs * p->len);
     int64_t unit = 0;
     for (int ti = 0; st == KVC_OK && ti < p->n_tasks; ti++) {

@@ -71,6 +71,8 @@ void kvc_ctx_reset(kvc_ctx *c) {
 
 int kvc_ctx_pos(const kvc_ctx *c) { return c->pos; }
 
+int kvc_ctx_batch(const kvc_ctx *c) { return c->n_batch; }
+
 static kvc_status check_room(const kvc_ctx *c, int n) {
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "token count %d is negative", n);
     KVC_CHECK((int64_t)c->pos + n <= c->n_ctx, KVC_ERR_RANGE,
