@@ -1,6 +1,6 @@
 /* Small AVX2 helpers shared by the KV-cache kernel files of this directory
- * (kv_dense_avx2.c, kv_bitmap_avx2.c, kv_packed_avx2.c, kv_iquant_avx2.c);
- * included only by them, compiled with the AVX2 flags. */
+ * (kv_dense_avx2.c, kv_bitmap_avx2.c, kv_packed_avx2.c, kv_iquant_avx2.c and
+ * the PackKV files); included only by them, compiled with the AVX2 flags. */
 #ifndef KVC_KERNELS_KV_AVX2_UTIL_H
 #define KVC_KERNELS_KV_AVX2_UTIL_H
 

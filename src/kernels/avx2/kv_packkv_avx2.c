@@ -149,7 +149,7 @@ static inline __attribute__((always_inline)) void pv_heads(const kvc_pk_block *b
             }
         }
         #pragma GCC unroll 8
-        for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += kvc_pk_hsum8_avx2(acc[h]) + pm[h];
+        for (int h = 0; h < NH; h++) o[(size_t)h * ldo + c] += kvc_hsum256_ps(acc[h]) + pm[h];
         if ((p1 != np || p0 != 0) && c + 1 < dim) /* skip to pack p0 of the next channel */
             for (int i = c * np + p1; i < (c + 1) * np + p0; i++) src += NHALF * width_of(b, i);
     }

@@ -7,19 +7,13 @@
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "kernels/avx2/kv_avx2_util.h" /* kvc_hsum256_ps */
 #include "kv/codec/packkv.h"
 
 /* 8 bf16 values as floats. */
 static inline __m256 kvc_pk_bf16x8_avx2(const uint16_t *p) {
     __m256i x = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(x, 16));
-}
-
-static inline float kvc_pk_hsum8_avx2(__m256 v) {
-    __m128 x = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    x = _mm_add_ps(x, _mm_movehl_ps(x, x));
-    x = _mm_add_ss(x, _mm_movehdup_ps(x));
-    return _mm_cvtss_f32(x);
 }
 
 /* sum_c q_c m_c over dim channels. */
@@ -31,7 +25,7 @@ static inline float kvc_pk_dot_u8_avx2(const float *q, const uint8_t *m, int dim
         __m256 mv = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(m8));
         acc = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), mv, acc);
     }
-    float r = kvc_pk_hsum8_avx2(acc);
+    float r = kvc_hsum256_ps(acc);
     for (; c < dim; c++) r += q[c] * (float)m[c];
     return r;
 }
@@ -40,7 +34,7 @@ static inline float kvc_pk_sum_f32_avx2(const float *x, int n) {
     __m256 acc = _mm256_setzero_ps();
     int c = 0;
     for (; c + 8 <= n; c += 8) acc = _mm256_add_ps(acc, _mm256_loadu_ps(x + c));
-    float r = kvc_pk_hsum8_avx2(acc);
+    float r = kvc_hsum256_ps(acc);
     for (; c < n; c++) r += x[c];
     return r;
 }
@@ -72,9 +66,9 @@ static inline float kvc_pk_weights_avx2(const kvc_pk_block *b, const float *ph, 
             ws = _mm256_add_ps(ws, x);
             mt = _mm256_fmadd_ps(pw, _mm256_loadu_ps(b->mins + first), mt);
         }
-        wsum[pk] = kvc_pk_hsum8_avx2(ws);
+        wsum[pk] = kvc_hsum256_ps(ws);
     }
-    return kvc_pk_hsum8_avx2(mt);
+    return kvc_hsum256_ps(mt);
 }
 
 /* Scores of the 8 tokens from block token `first` for one head, from the

@@ -154,7 +154,7 @@ static inline __attribute__((always_inline)) void pvg_heads(const kvc_pk_block *
             }
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++)
-                o[(size_t)h * ldo + c] += kvc_pk_hsum8_avx2(acc[h]) + pm[h];
+                o[(size_t)h * ldo + c] += kvc_hsum256_ps(acc[h]) + pm[h];
         }
         src += off[np];
     }
