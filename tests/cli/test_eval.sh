@@ -154,6 +154,24 @@ expect 1 "truncated" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --con
 expect 1 "not a reference file" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 \
     --windows 2 -b 32 -t 1 --kv full:f32 --ref "$TEXT"
 expect 2 "--ref and --ref-out together" "$KVCOMP" eval kl --ref a --ref-out b
+
+# bench/kl_frontier.py merges runs that share a reference into one table and
+# picture, and refuses a spec twice or a run against another reference
+run kl_refin2 "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 96 --cont 8 --windows 2 -b 32 -t 1 \
+    --kv "full:f16" --ref "$TMP/kl.ref" --json
+FRONTIER=$SRC/bench/kl_frontier.py
+run frontier python3 "$FRONTIER" "$TMP/kl_refout.out" "$TMP/kl_refin2.out"
+[[ $(grep -c '^| \(full:f32\|full:f16\|kivi:bits=2\) |' "$TMP/frontier.out") -eq 3 ]] &&
+    ok "kl_frontier: one row per method" || bad "kl_frontier table: $(cat "$TMP/frontier.out")"
+if command -v gnuplot >/dev/null; then
+    python3 "$FRONTIER" "$TMP/kl_refout.out" "$TMP/kl_refin2.out" --plot "$TMP/front.png" >/dev/null
+    head -c 8 "$TMP/front.png" 2>/dev/null | grep -q PNG && ok "kl_frontier --plot PNG" ||
+        bad "kl_frontier --plot: no PNG"
+fi
+grep -q '^| full:f32 | .* yes |$' "$TMP/frontier.out" && ok "kl_frontier: full:f32 on the front" ||
+    bad "kl_frontier: full:f32 (KL 0) not on the front"
+expect 1 "kivi:bits=2 is also in" python3 "$FRONTIER" "$TMP/kl_refout.out" "$TMP/kl_refin.out"
+expect 1 "ctx is 96, the first run's is 256" python3 "$FRONTIER" "$TMP/kl.out" "$TMP/kl_refin2.out"
 # another build (the same executable with one byte appended: another checksum)
 # and, where the machine has SIMD kernels, another ISA are refused unless
 # --ref-any-build; two builds' rounding moves the logits as much as a method

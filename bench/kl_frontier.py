@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""One table and one frontier picture from several `kvcomp eval kl --json` runs.
+
+    bench/kl_frontier.py A.json B.json ... [--plot OUT.png] [--title TEXT]
+
+A 32K evaluation takes most of an hour per method on a small machine, so the
+methods of one comparison often come from separate runs that share a saved
+reference (`eval kl --ref-out FILE` once, then `--ref FILE`). This merges
+their rows into one markdown table, sorted by bytes per token, with the
+Pareto front (no other row has both fewer bytes and a lower mean KL) marked,
+and draws KL mean against bytes per token as `eval kl --plot` does (gnuplot,
+logarithmic KL axis, the front as a staircase).
+
+Runs are merged only when they measured the same thing: the same model, text,
+context, continuation, windows and prefill chunk, and the same reference
+logits (equal reference perplexity in every window). Anything else is refused
+with the field that differs: KL against two different references is not one
+comparison. The machine and thread count may differ (they change the
+seconds, which the table leaves out, not the KL)."""
+import json
+import subprocess
+import sys
+
+SAME = ("model", "text", "ctx", "cont", "batch")
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit("%s: %s" % (path, e))
+    if not isinstance(d, dict) or d.get("command") != "eval kl":
+        sys.exit("%s: not the --json output of `kvcomp eval kl`" % path)
+    return d
+
+
+def check_same(first, d, path):
+    """Refuse a run that did not measure against the first run's reference."""
+    for key in SAME:
+        if d.get(key) != first.get(key):
+            sys.exit("%s: %s is %r, the first run's is %r" % (path, key, d.get(key), first.get(key)))
+    wa = [(w["start"], w["ref_ppl"]) for w in first["windows"]]
+    wb = [(w["start"], w["ref_ppl"]) for w in d["windows"]]
+    if wa != wb:
+        sys.exit("%s: windows (start, reference PPL) %r, the first run's %r: another reference"
+                 % (path, wb, wa))
+
+
+def rows_of(runs):
+    """Every method that ran, once; a spec that appears in two runs is refused. A row
+    remembers whether its process also computed the reference (its peak RSS then
+    includes the f32 reference's cache and logits)."""
+    rows, seen = [], {}
+    for path, d in runs:
+        with_ref = not d["reference"].get("read_from_file", False)
+        for m in d["methods"]:
+            if not m.get("ok"):
+                print("%s: %s failed (%s), left out" % (path, m["spec"], m.get("error", "")),
+                      file=sys.stderr)
+                continue
+            if m["spec"] in seen:
+                sys.exit("%s: %s is also in %s; keep one" % (path, m["spec"], seen[m["spec"]]))
+            seen[m["spec"]] = path
+            rows.append(dict(m, with_ref=with_ref))
+    rows.sort(key=lambda m: m["cache"]["bytes_per_token"])
+    return rows
+
+
+def pareto(rows):
+    """True where no other row has fewer or equal bytes and KL, one of them strictly."""
+    pts = [(m["cache"]["bytes_per_token"], m["kl"]["mean"]) for m in rows]
+    return [not any(bx <= ax and by <= ay and (bx < ax or by < ay) for bx, by in pts)
+            for ax, ay in pts]
+
+
+def table(runs, rows, front):
+    ref = runs[0][1]["reference"]
+    print("| method | bytes/tok | bits/el | x f16 | read fraction | KL mean | KL p99 | KL max "
+          "| same top % | PPL ratio | peak RSS GiB | front |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    for m, f in zip(rows, front):
+        c, k = m["cache"], m["kl"]
+        rss = "%.2f%s" % (m["peak_rss_bytes"] / 2**30, " (+ref)" if m["with_ref"] else "")
+        print("| %s | %.0f | %.2f | %.2f | %.3f | %.4g | %.4g | %.4g | %.2f | %.4f | %s | %s |" % (
+            m["spec"], c["bytes_per_token"], c["bits_per_element"], c["ratio_vs_f16"],
+            c["read_fraction"], k["mean"], k["p99"], k["max"], 100 * m["same_top"],
+            m["ppl_ratio"], rss, "yes" if f else ""))
+    print("\n(reference %s: PPL %.3f over %d window(s); %d run(s))"
+          % (ref["spec"], ref["ppl"], len(runs[0][1]["windows"]), len(runs)))
+    if any(m["with_ref"] for m in rows):
+        print("(+ref: the process also computed the reference, so its peak RSS includes the "
+              "reference's; the others read it from a file)")
+
+
+def quoted(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def plot(path, title, rows, front):
+    data = ["%.9g %.9g %s" % (m["cache"]["bytes_per_token"], m["kl"]["mean"], quoted(m["spec"]))
+            for m in rows if m["kl"]["mean"] > 0]
+    stairs = ["%.9g %.9g" % (m["cache"]["bytes_per_token"], m["kl"]["mean"])
+              for m, f in zip(rows, front) if f and m["kl"]["mean"] > 0]
+    script = [
+        "set terminal pngcairo size 960,640 enhanced font 'Sans,11'",
+        "set output " + quoted(path),
+        "set title %s noenhanced" % quoted(title),
+        "set xlabel 'bytes per token (whole cache, all layers)' noenhanced",
+        "set ylabel 'KL mean against the reference (nats)' noenhanced",
+        "set grid", "set logscale y", "set key top right",
+        "set offsets graph 0.08, graph 0.2, graph 0.1, graph 0.1",
+        "$data << EOD", *data, "EOD", "$front << EOD", *stairs, "EOD",
+        "plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' title 'method', \\",
+        "     $front using 1:2 with steps lw 2 lc rgb '#d62728' title 'Pareto front', \\",
+        "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle, \\",
+        "     $data every 2 using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle, \\",
+        "     $data every 2::1 using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle",
+    ]
+    try:
+        subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        sys.exit("--plot %s: gnuplot failed: %s" % (path, e))
+
+
+def main():
+    args, out, title = sys.argv[1:], None, None
+    while "--plot" in args or "--title" in args:
+        opt = "--plot" if "--plot" in args else "--title"
+        i = args.index(opt)
+        if i + 1 >= len(args):
+            sys.exit("%s needs a value\n\n%s" % (opt, __doc__))
+        if opt == "--plot":
+            out = args[i + 1]
+        else:
+            title = args[i + 1]
+        del args[i:i + 2]
+    if not args:
+        sys.exit(__doc__)
+    runs = [(p, load(p)) for p in args]
+    for path, d in runs[1:]:
+        check_same(runs[0][1], d, path)
+    rows = rows_of(runs)
+    front = pareto(rows)
+    table(runs, rows, front)
+    if out:
+        d = runs[0][1]
+        plot(out, title or "eval kl: %s, %d tokens of context, %d scored"
+             % (d["model_name"], d["ctx"], d["cont"] * len(d["windows"])), rows, front)
+
+
+if __name__ == "__main__":
+    main()
