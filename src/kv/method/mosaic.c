@@ -392,6 +392,8 @@ static void mosaic_background(void *state, kvc_cache_stats *acc) {
     acc->bg_waits += (uint64_t)atomic_load(&st->waits);
 }
 
+static const char *const mosaic_stacks[] = {"sinks", NULL};
+
 const kvc_method kvc_method_mosaic = {
     .name = "mosaic",
     .summary = "per-segment rotation, channel truncation, per-vector top-r in packed bitmaps; top-k token blocks",
@@ -402,6 +404,7 @@ const kvc_method kvc_method_mosaic = {
     .positional = -1,
     .cfg_size = sizeof(mosaic_cfg),
     .check = mosaic_check,
+    .stacks_with = mosaic_stacks,
     .ops = {
         .create = mosaic_create,
         .destroy = mosaic_destroy,
