@@ -97,9 +97,27 @@ def quoted(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def label_sides(pts):
+    """Above (True) or below for each point's label: of two points whose
+    bytes are within 5% of the axis, the lower one's label goes below it, so
+    that each label sits next to its own point; the rest alternate."""
+    xs = [x for x, _ in pts]
+    near = 0.05 * (max(xs) - min(xs) or 1)
+    above = [i % 2 == 0 for i in range(len(pts))]
+    for i in range(len(pts) - 1):
+        (xa, ya), (xb, yb) = pts[i], pts[i + 1]
+        if xb - xa <= near:
+            above[i], above[i + 1] = ya >= yb, yb > ya
+    return above
+
+
 def plot(path, title, rows, front):
-    data = ["%.9g %.9g %s" % (m["cache"]["bytes_per_token"], m["kl"]["mean"], quoted(m["spec"]))
-            for m in rows if m["kl"]["mean"] > 0]
+    shown = [m for m in rows if m["kl"]["mean"] > 0]  # a log axis: KL 0 has no place
+    if not shown:
+        sys.exit("--plot %s: no method with a KL above 0 (the KL axis is logarithmic)" % path)
+    pts = [(m["cache"]["bytes_per_token"], m["kl"]["mean"]) for m in shown]
+    lines = ["%.9g %.9g %s" % (x, y, quoted(m["spec"])) for (x, y), m in zip(pts, shown)]
+    above = label_sides(pts)
     stairs = ["%.9g %.9g" % (m["cache"]["bytes_per_token"], m["kl"]["mean"])
               for m, f in zip(rows, front) if f and m["kl"]["mean"] > 0]
     script = [
@@ -110,12 +128,15 @@ def plot(path, title, rows, front):
         "set ylabel 'KL mean against the reference (nats)' noenhanced",
         "set grid", "set logscale y", "set key top right",
         "set offsets graph 0.08, graph 0.2, graph 0.1, graph 0.1",
-        "$data << EOD", *data, "EOD", "$front << EOD", *stairs, "EOD",
+        "$data << EOD", *lines, "EOD",
+        "$above << EOD", *[l for l, a in zip(lines, above) if a], "EOD",
+        "$below << EOD", *[l for l, a in zip(lines, above) if not a], "EOD",
+        "$front << EOD", *stairs, "EOD",
         "plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' title 'method', \\",
         "     $front using 1:2 with steps lw 2 lc rgb '#d62728' title 'Pareto front', \\",
         "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle, \\",
-        "     $data every 2 using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle, \\",
-        "     $data every 2::1 using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle",
+        "     $above using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle, \\",
+        "     $below using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle",
     ]
     try:
         subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
