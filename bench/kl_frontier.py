@@ -15,8 +15,9 @@ Runs are merged only when they measured the same thing: the same model, text,
 context, continuation, windows and prefill chunk, and the same reference
 logits (equal reference perplexity in every window). Anything else is refused
 with the field that differs: KL against two different references is not one
-comparison. The machine and thread count may differ (they change the
-seconds, which the table leaves out, not the KL)."""
+comparison. (`eval kl --ref` itself refuses a reference file of another
+build, ISA or thread count, so the runs that read one file agree on those.)
+The table leaves out the seconds, which depend on what else the machine ran."""
 import json
 import subprocess
 import sys
@@ -32,6 +33,10 @@ def load(path):
         sys.exit("%s: %s" % (path, e))
     if not isinstance(d, dict) or d.get("command") != "eval kl":
         sys.exit("%s: not the --json output of `kvcomp eval kl`" % path)
+    for key, kind, name in (("windows", list, "a list"), ("methods", list, "a list"),
+                            ("reference", dict, "an object")):
+        if not isinstance(d.get(key), kind):
+            sys.exit("%s: field %s is missing or not %s" % (path, key, name))
     return d
 
 
