@@ -18,6 +18,7 @@ with the field that differs: KL against two different references is not one
 comparison. (`eval kl --ref` itself refuses a reference file of another
 build, ISA or thread count, so the runs that read one file agree on those.)
 The table leaves out the seconds, which depend on what else the machine ran."""
+import argparse
 import json
 import subprocess
 import sys
@@ -117,14 +118,13 @@ def label_sides(pts):
 
 
 def plot(path, title, rows, front):
-    shown = [m for m in rows if m["kl"]["mean"] > 0]  # a log axis: KL 0 has no place
+    shown = [(m, f) for m, f in zip(rows, front) if m["kl"]["mean"] > 0]  # a log axis: no KL 0
     if not shown:
         sys.exit("--plot %s: no method with a KL above 0 (the KL axis is logarithmic)" % path)
-    pts = [(m["cache"]["bytes_per_token"], m["kl"]["mean"]) for m in shown]
-    lines = ["%.9g %.9g %s" % (x, y, quoted(m["spec"])) for (x, y), m in zip(pts, shown)]
+    pts = [(m["cache"]["bytes_per_token"], m["kl"]["mean"]) for m, _ in shown]
+    lines = ["%.9g %.9g %s" % (x, y, quoted(m["spec"])) for (x, y), (m, _) in zip(pts, shown)]
     above = label_sides(pts)
-    stairs = ["%.9g %.9g" % (m["cache"]["bytes_per_token"], m["kl"]["mean"])
-              for m, f in zip(rows, front) if f and m["kl"]["mean"] > 0]
+    stairs = ["%.9g %.9g" % p for p, (_, f) in zip(pts, shown) if f]
     script = [
         "set terminal pngcairo size 960,640 enhanced font 'Sans,11'",
         "set output " + quoted(path),
@@ -150,28 +150,20 @@ def plot(path, title, rows, front):
 
 
 def main():
-    args, out, title = sys.argv[1:], None, None
-    while "--plot" in args or "--title" in args:
-        opt = "--plot" if "--plot" in args else "--title"
-        i = args.index(opt)
-        if i + 1 >= len(args):
-            sys.exit("%s needs a value\n\n%s" % (opt, __doc__))
-        if opt == "--plot":
-            out = args[i + 1]
-        else:
-            title = args[i + 1]
-        del args[i:i + 2]
-    if not args:
-        sys.exit(__doc__)
-    runs = [(p, load(p)) for p in args]
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("runs", nargs="+", metavar="RUN.json", help="`kvcomp eval kl --json` output")
+    ap.add_argument("--plot", metavar="OUT.png", help="draw KL mean against bytes per token")
+    ap.add_argument("--title", help="the picture's title")
+    a = ap.parse_args()
+    runs = [(p, load(p)) for p in a.runs]
     for path, d in runs[1:]:
         check_same(runs[0][1], d, path)
     rows = rows_of(runs)
     front = pareto(rows)
     table(runs, rows, front)
-    if out:
+    if a.plot:
         d = runs[0][1]
-        plot(out, title or "eval kl: %s, %d tokens of context, %d scored"
+        plot(a.plot, a.title or "eval kl: %s, %d tokens of context, %d scored"
              % (d["model_name"], d["ctx"], d["cont"] * len(d["windows"])), rows, front)
 
 

@@ -128,8 +128,9 @@ static void test_sinks_kept(void **state) {
     run("packkv+sinks:4", 4);
     run("mustafar:k=0.5,v=0.5+h2o:budget=0.2,recent=0.1+sinks:16", 16); /* evicts most tokens */
     run("packkv+h2o:budget=0.2,recent=0.1+sinks:4+rot", 4);
-    /* every token attended, so the reference over all stored rows applies; the
-     * segment closes (rotation, packing) at the first decode token */
+    /* every token attended, so the reference over all stored rows applies;
+     * prompt segments close (rotation, packing) during prefill, the last,
+     * shorter one at the first decode token */
     run("mosaic:tokens=1,async=0,segment=128+sinks:16", 16);
     run("mosaic:tokens=1,segment=64+sinks:4", 4);
 }
