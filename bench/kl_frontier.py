@@ -139,10 +139,13 @@ def plot(path, title, rows, front):
         "$front << EOD", *stairs, "EOD",
         "plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' title 'method', \\",
         "     $front using 1:2 with steps lw 2 lc rgb '#d62728' title 'Pareto front', \\",
-        "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle, \\",
-        "     $above using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle, \\",
-        "     $below using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle",
+        "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle",
     ]
+    # labels from the non-empty blocks only (gnuplot warns about an empty one)
+    if any(above):
+        script[-1] += ", \\\n     $above using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle"
+    if not all(above):
+        script[-1] += ", \\\n     $below using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle"
     try:
         subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:

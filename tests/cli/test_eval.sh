@@ -97,6 +97,10 @@ fi
 if command -v gnuplot >/dev/null; then
     if [[ -s "$TMP/kl.png" ]] && head -c 8 "$TMP/kl.png" | grep -q PNG; then ok "eval kl --plot PNG"
     else bad "eval kl --plot: no PNG"; cat "$TMP/kl_table.err"; fi
+    # gnuplot's own messages (one point gives it an empty x range) go to stderr, never into
+    # the table or the JSON on stdout
+    if grep -qi "warning" "$TMP/kl_table.out"; then bad "eval kl --plot: gnuplot output on stdout"
+    else ok "eval kl --plot: stdout is the table alone"; fi
 fi
 
 # --windows: three windows spread over the text, per window and pooled, the t-interval
