@@ -20,6 +20,7 @@ build, ISA or thread count, so the runs that read one file agree on those.)
 The table leaves out the seconds, which depend on what else the machine ran."""
 import argparse
 import json
+import math
 import subprocess
 import sys
 
@@ -103,27 +104,70 @@ def quoted(s):
     return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def label_sides(pts):
-    """Above (True) or below for each point's label: of two points whose
-    bytes are within 5% of the axis, the lower one's label goes below it, so
-    that each label sits next to its own point; the rest alternate."""
-    xs = [x for x, _ in pts]
-    near = 0.05 * (max(xs) - min(xs) or 1)
-    above = [i % 2 == 0 for i in range(len(pts))]
-    for i in range(len(pts) - 1):
-        (xa, ya), (xb, yb) = pts[i], pts[i + 1]
-        if xb - xa <= near:
-            above[i], above[i + 1] = ya >= yb, yb > ya
-    return above
+# Label placement as src/eval/plot_labels.c does it, in the geometry of
+# src/eval/plot.c (a 960x640 canvas of about 128 x 40 character cells, fixed
+# margins, fixed ranges), so that the two draw the same picture.
+SPOTS = [(1, 0.8, False), (1, -0.8, False), (-1, 0.8, True), (-1, -0.8, True), (1, 0, False),
+         (-1, 0, True), (1, 1.8, False), (1, -1.8, False), (-1, 1.8, True), (-1, -1.8, True)]
+MARGINS = (11, 3, 3, 4)  # left, right, top, bottom, in cells
+AREA = (128 - MARGINS[0] - MARGINS[1], 40 - MARGINS[2] - MARGINS[3])
+KEY = (0, 0, 22, 3)  # the key, bottom left
+
+
+def label_box(x, y, n, spot):
+    dx, dy, right = spot
+    ax, ay = x + dx, y + dy
+    return (ax - n, ay - 0.5, ax, ay + 0.5) if right else (ax, ay - 0.5, ax + n, ay + 0.5)
+
+
+def overlap(a, b):
+    w = min(a[2], b[2]) - max(a[0], b[0])
+    h = min(a[3], b[3]) - max(a[1], b[1])
+    return w * h if w > 0 and h > 0 else 0
+
+
+def place_labels(cells, lens):
+    """The spot of each label: the first free one of SPOTS, else the least covered."""
+    w, h = AREA
+    points = [(x - 0.6, y - 0.6, x + 0.6, y + 0.6) for x, y in cells]
+    placed = []
+    for (x, y), n in zip(cells, lens):
+        best, least = SPOTS[0], None
+        for spot in SPOTS:
+            b = label_box(x, y, n, spot)
+            c = (b[2] - b[0]) * (b[3] - b[1]) - overlap(b, (0, 0, w, h)) + overlap(b, KEY)
+            c += sum(overlap(b, o) for o in placed) + sum(overlap(b, o) for o in points)
+            if least is None or c < least:
+                best, least = spot, c
+            if c == 0:
+                break
+        placed.append(label_box(x, y, n, best))
+        yield best
+
+
+def frame(pts):
+    """x and y ranges as src/eval/plot.c fixes them for a logarithmic y axis."""
+    xs, ys = [x for x, _ in pts], [math.log10(y) for _, y in pts]
+    span = max(xs) - min(xs) or (abs(max(xs)) * 0.1 or 1)
+    x0 = min(xs) - 0.08 * span
+    x0 = 0 if x0 < 0 <= min(xs) else x0
+    pad = 0.1 * max(max(ys) - min(ys), 1)
+    return x0, max(xs) + 0.25 * span, math.floor(min(ys) - pad), math.ceil(max(ys) + pad)
 
 
 def plot(path, title, rows, front):
-    shown = [(m, f) for m, f in zip(rows, front) if m["kl"]["mean"] > 0]  # a log axis: no KL 0
+    shown = sorted(((m, f) for m, f in zip(rows, front) if m["kl"]["mean"] > 0),  # log axis: no 0
+                   key=lambda r: r[0]["cache"]["bytes_per_token"])
     if not shown:
         sys.exit("--plot %s: no method with a KL above 0 (the KL axis is logarithmic)" % path)
     pts = [(m["cache"]["bytes_per_token"], m["kl"]["mean"]) for m, _ in shown]
-    lines = ["%.9g %.9g %s" % (x, y, quoted(m["spec"])) for (x, y), (m, _) in zip(pts, shown)]
-    above = label_sides(pts)
+    x0, x1, d0, d1 = frame(pts)
+    cells = [((x - x0) / (x1 - x0) * AREA[0], (math.log10(y) - d0) / (d1 - d0) * AREA[1])
+             for x, y in pts]
+    labels = ["set label %d %s at first %.9g, first %.9g offset char %g,%g %s noenhanced front"
+              % (i + 1, quoted(m["spec"]), x, y, dx, dy, "right" if right else "left")
+              for i, ((m, _), (x, y), (dx, dy, right))
+              in enumerate(zip(shown, pts, place_labels(cells, [len(m["spec"]) for m, _ in shown])))]
     stairs = ["%.9g %.9g" % p for p, (_, f) in zip(pts, shown) if f]
     script = [
         "set terminal pngcairo size 960,640 enhanced font 'Sans,11'",
@@ -131,21 +175,16 @@ def plot(path, title, rows, front):
         "set title %s noenhanced" % quoted(title),
         "set xlabel 'bytes per token (whole cache, all layers)' noenhanced",
         "set ylabel 'KL mean against the reference (nats)' noenhanced",
-        "set grid", "set logscale y", "set key top right",
-        "set offsets graph 0.08, graph 0.2, graph 0.1, graph 0.1",
-        "$data << EOD", *lines, "EOD",
-        "$above << EOD", *[l for l, a in zip(lines, above) if a], "EOD",
-        "$below << EOD", *[l for l, a in zip(lines, above) if not a], "EOD",
+        "set grid", "set logscale y", "set key bottom left Left reverse",
+        "set lmargin %g\nset rmargin %g\nset tmargin %g\nset bmargin %g" % MARGINS,
+        "set xrange [%.9g:%.9g]" % (x0, x1), "set yrange [%.9g:%.9g]" % (10 ** d0, 10 ** d1),
+        *labels,
+        "$data << EOD", *["%.9g %.9g" % p for p in pts], "EOD",
         "$front << EOD", *stairs, "EOD",
         "plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' title 'method', \\",
         "     $front using 1:2 with steps lw 2 lc rgb '#d62728' title 'Pareto front', \\",
         "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle",
     ]
-    # labels from the non-empty blocks only (gnuplot warns about an empty one)
-    if any(above):
-        script[-1] += ", \\\n     $above using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle"
-    if not all(above):
-        script[-1] += ", \\\n     $below using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle"
     try:
         subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
     except (OSError, subprocess.CalledProcessError) as e:

@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 
 #include "base/status.h"
+#include "eval/plot_labels.h"
 
 /* A gnuplot double-quoted string. */
 static void put_quoted(FILE *f, const char *s) {
@@ -55,36 +56,70 @@ static int drawable_by_x(const kvc_plot *plot, const kvc_plot_point *pts, int n,
     return m;
 }
 
-/* above[k] for the k-th point in order of x: labels alternate above and below,
- * and of two neighbours within 5% of the x range the lower point's label goes
- * below it, so that each label sits next to its own point. */
-static void choose_label_sides(const kvc_plot_point *pts, const int *order, int m,
-                               unsigned char *above) {
-    double span = m > 0 ? pts[order[m - 1]].x - pts[order[0]].x : 0;
-    double near = 0.05 * (span > 0 ? span : 1);
-    for (int k = 0; k < m; k++) above[k] = k % 2 == 0;
-    for (int k = 0; k + 1 < m; k++) {
-        const kvc_plot_point *a = &pts[order[k]], *b = &pts[order[k + 1]];
-        if (b->x - a->x <= near) {
-            above[k] = a->y >= b->y;
-            above[k + 1] = b->y > a->y;
-        }
-    }
+/* A datablock of "x y" rows: the points of order. */
+static void put_points(FILE *g, const kvc_plot_point *pts, const int *order, int m) {
+    fputs("$data << EOD\n", g);
+    for (int k = 0; k < m; k++) fprintf(g, "%.9g %.9g\n", pts[order[k]].x, pts[order[k]].y);
+    fputs("EOD\n", g);
 }
 
-/* A datablock of "x y label" rows: the points of order whose side is `side`
- * (all of them when sides is NULL). */
-static void put_points(FILE *g, const char *name, const kvc_plot_point *pts, const int *order,
-                       int m, const unsigned char *sides, int side) {
-    fprintf(g, "%s << EOD\n", name);
-    for (int k = 0; k < m; k++) {
-        if (sides && sides[k] != side) continue;
-        const kvc_plot_point *p = &pts[order[k]];
-        fprintf(g, "%.9g %.9g ", p->x, p->y);
-        put_quoted(g, p->label ? p->label : "");
-        fputc('\n', g);
+/* The shown ranges, fixed here rather than left to gnuplot so that the labels
+ * can be placed in the same geometry: the data plus a margin (more on the
+ * right, where the labels go), whole decades on a logarithmic axis, 0 at the
+ * bottom of a linear axis of non-negative values. */
+typedef struct plot_frame {
+    double x0, x1, y0, y1;
+} plot_frame;
+
+static plot_frame frame_of(const kvc_plot *plot, const kvc_plot_point *pts, const int *order, int m) {
+    double xmin = pts[order[0]].x, xmax = pts[order[m - 1]].x, ymin = pts[order[0]].y, ymax = ymin;
+    for (int k = 1; k < m; k++) {
+        double y = pts[order[k]].y;
+        ymin = y < ymin ? y : ymin;
+        ymax = y > ymax ? y : ymax;
     }
-    fputs("EOD\n", g);
+    double xs = xmax - xmin > 0 ? xmax - xmin : (xmax != 0 ? fabs(xmax) * 0.1 : 1);
+    plot_frame f = {xmin - 0.08 * xs, xmax + 0.25 * xs, 0, 0};
+    if (f.x0 < 0 && xmin >= 0) f.x0 = 0;
+    if (plot->log_y) {
+        double lo = log10(ymin), hi = log10(ymax), pad = 0.1 * (hi - lo > 1 ? hi - lo : 1);
+        f.y0 = pow(10, floor(lo - pad));
+        f.y1 = pow(10, ceil(hi + pad));
+    } else {
+        double ys = ymax - (ymin < 0 ? ymin : 0);
+        ys = ys > 0 ? ys : 1;
+        f.y0 = ymin >= 0 ? 0 : ymin - 0.1 * ys;
+        f.y1 = ymax + 0.1 * ys;
+    }
+    return f;
+}
+
+/* The canvas in character cells (pngcairo 960x640, Sans 11: cells of about
+ * 7.5 x 16 pixels) and the fixed margins around the plot area. */
+static const double canvas_w = 128, canvas_h = 40, margin_l = 11, margin_r = 3, margin_t = 3,
+                    margin_b = 4;
+
+/* One `set label` per point, at the spot kvc_place_labels chose. */
+static void put_labels(FILE *g, const kvc_plot *plot, const kvc_plot_point *pts, const int *order,
+                       int m, plot_frame f, double *cx, double *cy, int *len,
+                       kvc_label_spot *spot) {
+    double w = canvas_w - margin_l - margin_r, h = canvas_h - margin_t - margin_b;
+    for (int k = 0; k < m; k++) {
+        const kvc_plot_point *p = &pts[order[k]];
+        cx[k] = (p->x - f.x0) / (f.x1 - f.x0) * w;
+        cy[k] = plot->log_y ? log10(p->y / f.y0) / log10(f.y1 / f.y0) * h
+                            : (p->y - f.y0) / (f.y1 - f.y0) * h;
+        len[k] = p->label ? (int)strlen(p->label) : 0;
+    }
+    const double key[4] = {0, 0, 22, 3}; /* the key, bottom left: see put_script */
+    kvc_place_labels(cx, cy, len, m, w, h, plot->pareto ? key : NULL, spot);
+    for (int k = 0; k < m; k++) {
+        const kvc_plot_point *p = &pts[order[k]];
+        fprintf(g, "set label %d ", k + 1);
+        put_quoted(g, p->label ? p->label : "");
+        fprintf(g, " at first %.9g, first %.9g offset char %g,%g %s noenhanced front\n", p->x, p->y,
+                spot[k].dx, spot[k].dy, spot[k].right_aligned ? "right" : "left");
+    }
 }
 
 /* The front's points in order of x, as a datablock for the staircase. */
@@ -100,20 +135,9 @@ static void put_front(FILE *g, const kvc_plot_point *pts, int n, const int *orde
     free(front);
 }
 
-kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_point *pts, int n) {
-    KVC_CHECK(path && *path, KVC_ERR_ARG, "--plot: empty file name");
-    for (const char *c = path; *c; c++)
-        KVC_CHECK(*c != '\n', KVC_ERR_ARG, "--plot: file name with a newline");
-    int *order = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-    unsigned char *above = calloc((size_t)(n > 0 ? n : 1), 1);
-    int allocated = order && above;
-    FILE *g = allocated ? popen("gnuplot 1>&2", "w") : NULL;
-    if (!g) {
-        free(order);
-        free(above);
-        return allocated ? kvc_fail(KVC_ERR_IO, "--plot %s: cannot run gnuplot", path)
-                              : kvc_fail(KVC_ERR_NOMEM, "--plot %s: out of memory for %d points", path, n);
-    }
+/* The gnuplot script: header, ranges, labels, data and the plot command. */
+static void put_script(FILE *g, const char *path, const kvc_plot *plot, const kvc_plot_point *pts,
+                       int n, int *order, double *cx, double *cy, int *len, kvc_label_spot *spot) {
     fputs("set terminal pngcairo size 960,640 enhanced font 'Sans,11'\n", g);
     fputs("set output ", g);
     put_quoted(g, path);
@@ -124,38 +148,51 @@ kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_p
     fputs(" noenhanced\nset ylabel ", g);
     put_quoted(g, plot->ylabel ? plot->ylabel : "");
     fputs(" noenhanced\nset grid\nset key off\n", g);
+    fprintf(g, "set lmargin %g\nset rmargin %g\nset tmargin %g\nset bmargin %g\n", margin_l,
+            margin_r, margin_t, margin_b);
     if (plot->log_y) fputs("set logscale y\n", g);
-    int nonneg = 1; /* quality numbers are >= 0: start the axis at 0 */
-    for (int i = 0; i < n; i++) nonneg &= !(pts[i].y < 0);
-    if (nonneg && !plot->log_y) fputs("set yrange [0:*]\n", g);
-    fprintf(g, "set offsets graph 0.08, graph 0.2, graph 0.1, graph %s\n",
-            nonneg && !plot->log_y ? "0" : "0.1");
     int m = drawable_by_x(plot, pts, n, order);
-    choose_label_sides(pts, order, m, above);
-    put_points(g, "$data", pts, order, m, NULL, 0);
-    put_points(g, "$above", pts, order, m, above, 1);
-    put_points(g, "$below", pts, order, m, above, 0);
-    if (m > 0 && plot->pareto) {
+    if (m == 0) {
+        fputs("set label 1 'no finite points' at graph 0.5, graph 0.5 center\n"
+              "set xrange [0:1]\nset yrange [0:1]\nplot NaN\n",
+              g);
+        return;
+    }
+    plot_frame f = frame_of(plot, pts, order, m);
+    fprintf(g, "set xrange [%.9g:%.9g]\nset yrange [%.9g:%.9g]\n", f.x0, f.x1, f.y0, f.y1);
+    put_labels(g, plot, pts, order, m, f, cx, cy, len, spot);
+    put_points(g, pts, order, m);
+    if (plot->pareto) {
         put_front(g, pts, n, order, m);
-        fputs("set key top right\n"
+        /* the key bottom left: fewest bytes at the least loss is the one corner a
+         * trade-off leaves empty */
+        fputs("set key bottom left Left reverse\n"
               "plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' title 'method', \\\n"
               "     $front using 1:2 with steps lw 2 lc rgb '#d62728' title 'Pareto front', \\\n"
-              "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle",
+              "     $front using 1:2 with points pt 7 ps 1.8 lc rgb '#d62728' notitle\n",
               g);
-    } else if (m > 0)
-        fputs("plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' notitle", g);
-    else
-        fputs("set label 1 'no finite points' at graph 0.5, graph 0.5 center\n"
-              "set xrange [0:1]\nset yrange [0:1]\nplot NaN", g);
-    int n_above = 0;
-    for (int k = 0; k < m; k++) n_above += above[k];
-    if (n_above > 0) /* an empty datablock would make gnuplot warn */
-        fputs(", \\\n     $above using 1:2:3 with labels noenhanced offset char 1,0.8 left notitle", g);
-    if (n_above < m)
-        fputs(", \\\n     $below using 1:2:3 with labels noenhanced offset char 1,-0.8 left notitle", g);
-    fputc('\n', g);
+    } else
+        fputs("plot $data using 1:2 with points pt 7 ps 1.5 lc rgb '#1f77b4' notitle\n", g);
+}
+
+kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_point *pts, int n) {
+    KVC_CHECK(path && *path, KVC_ERR_ARG, "--plot: empty file name");
+    for (const char *c = path; *c; c++)
+        KVC_CHECK(*c != '\n', KVC_ERR_ARG, "--plot: file name with a newline");
+    size_t cap = (size_t)(n > 0 ? n : 1);
+    int *order = malloc(sizeof(int) * cap), *len = malloc(sizeof(int) * cap);
+    double *cx = malloc(sizeof(double) * cap), *cy = malloc(sizeof(double) * cap);
+    kvc_label_spot *spot = malloc(sizeof(kvc_label_spot) * cap);
+    int allocated = order && len && cx && cy && spot;
+    FILE *g = allocated ? popen("gnuplot 1>&2", "w") : NULL; /* its messages to stderr */
+    if (g) put_script(g, path, plot, pts, n, order, cx, cy, len, spot);
     free(order);
-    free(above);
+    free(len);
+    free(cx);
+    free(cy);
+    free(spot);
+    KVC_CHECK(allocated, KVC_ERR_NOMEM, "--plot %s: out of memory for %d points", path, n);
+    KVC_CHECK(g, KVC_ERR_IO, "--plot %s: cannot run gnuplot", path);
     int rc = pclose(g);
     KVC_CHECK(rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 0, KVC_ERR_IO,
               "--plot %s: gnuplot failed (exit status %d)", path, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);

@@ -1,0 +1,25 @@
+/* Where each point's label goes in a scatter plot (src/eval/plot_labels.c). */
+#ifndef KVC_EVAL_PLOT_LABELS_H
+#define KVC_EVAL_PLOT_LABELS_H
+
+/* A label's place relative to its point, in character cells: the label's
+ * anchor is the point moved by (dx, dy); right_aligned puts the text to the
+ * anchor's left (gnuplot's `right`), else to its right (`left`). */
+typedef struct kvc_label_spot {
+    double dx, dy;
+    int right_aligned;
+} kvc_label_spot;
+
+/* Chooses a spot for each of n labels. x[i], y[i]: the points in character
+ * cells of the plot area, which is w cells wide and h high (origin bottom
+ * left); len[i]: label i's length in characters; keep_out: a box no label
+ * should cover (x0, y0, x1, y1 in cells, e.g. the key), or NULL. Points are
+ * taken in the order given; each label goes to the first spot of a fixed list
+ * (right above, right below, left above, left below, right, left, then
+ * further up and down) whose box is free of the labels placed before, of
+ * every point, of keep_out and of the area's edges, else to the spot it
+ * overlaps least. Deterministic. */
+void kvc_place_labels(const double *x, const double *y, const int *len, int n, double w,
+                      double h, const double *keep_out, kvc_label_spot *spot);
+
+#endif
