@@ -24,7 +24,13 @@ typedef struct kvc_eval_ruler_params {
     void (*on_sample)(void *user, kvc_ruler_task task, int index, const char *spec,
                       const kvc_ruler_sample *s, const char *output, double score);
     void *user;
+    /* optional: sample i's needle at depths[i % n_depths] (one-needle tasks
+     * only, see kvc_ruler_make); NULL: depths drawn from the seed */
+    const double *depths;
+    int n_depths;
 } kvc_eval_ruler_params;
+
+#define KVC_RULER_MAX_DEPTHS 64
 
 typedef struct kvc_eval_ruler_cell {
     double score;   /* mean string_match_all over samples, in [0, 1] */
@@ -43,6 +49,8 @@ typedef struct kvc_eval_ruler_method {
 typedef struct kvc_eval_ruler_report {
     int len, samples, n_threads;
     uint64_t seed;
+    int n_depths;                          /* 0: random depths */
+    double depths[KVC_RULER_MAX_DEPTHS];
     int n_tasks, n_methods;
     kvc_ruler_task tasks[KVC_RULER_N_TASKS];
     double mean_prompt_tokens[KVC_RULER_N_TASKS];

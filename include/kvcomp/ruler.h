@@ -11,7 +11,8 @@
  *   vt               variable tracking: VAR X1 = N, VAR X2 = VAR X1, ... (4 hops);
  *                    all names bound to N are asked for
  *
- * Needles go at random depths (sentence boundaries) of a haystack cut from a
+ * Needles go at random depths (sentence boundaries; or, for the one needle of
+ * niah_single and passkey, at a depth the caller chooses) of a haystack cut from a
  * random paragraph of the text (wrapping around), sized so that the whole
  * prompt — counted by the caller's callback, which applies the chat template —
  * fits a token budget. Scoring is RULER's string_match_all: the fraction of
@@ -73,10 +74,14 @@ typedef kvc_status (*kvc_ruler_count_fn)(void *user, const char *prompt,
 
 /* Generates sample `index` of `task` whose prompt counts at most
  * `budget_tokens` (and as close to it as the haystack granularity allows).
- * KVC_ERR_RANGE if even an empty haystack does not fit. */
+ * depth: where the needle of a one-needle task (niah_single, passkey) goes, a
+ * fraction of the haystack in [0, 1] (the nearest sentence boundary), or < 0
+ * for a depth drawn from the seed; everything else of the sample is the same
+ * either way. KVC_ERR_ARG for a depth above 1 or with a task of several
+ * needles; KVC_ERR_RANGE if even an empty haystack does not fit. */
 kvc_status kvc_ruler_make(const kvc_ruler_haystack *h, kvc_ruler_task task, int budget_tokens,
-                          uint64_t seed, int index, kvc_ruler_count_fn count, void *user,
-                          kvc_ruler_sample *out);
+                          uint64_t seed, int index, double depth, kvc_ruler_count_fn count,
+                          void *user, kvc_ruler_sample *out);
 void kvc_ruler_sample_free(kvc_ruler_sample *s);
 
 /* RULER string_match_all: fraction of answers found in `output`, ignoring case. */

@@ -14,7 +14,7 @@
 #define MAX_SPECS 32
 
 typedef struct eval_opts {
-    const char *model, *text, *kv, *plot, *task, *ref_in, *ref_out;
+    const char *model, *text, *kv, *plot, *task, *ref_in, *ref_out, *depth;
     int ctx, cont, threads, batch, json, dense_check, len, samples, verbose, windows, ref_any_build;
     long long seed;
 } eval_opts;
@@ -59,8 +59,8 @@ static const char k_kl_usage[] =
 
 static const char k_ruler_usage[] =
     "usage: kvcomp eval ruler [-m MODEL] [--text FILE] [--task T[,T...]|all] [--len N]\n"
-    "                         [--samples N] [--seed S] [--kv A,B,...] [-t N] [-b N]\n"
-    "                         [--json] [--plot OUT.png] [--verbose]\n\n"
+    "                         [--samples N] [--seed S] [--depth D[,D...]] [--kv A,B,...]\n"
+    "                         [-t N] [-b N] [--json] [--plot OUT.png] [--verbose]\n\n"
     "RULER-style retrieval tasks generated from a haystack text with a seed: needles at\n"
     "random depths, the question at the end, the model's chat template, greedy decoding of\n"
     "a few tokens, exact-match scoring (the fraction of expected values in the output).\n"
@@ -73,6 +73,9 @@ static const char k_ruler_usage[] =
     "      --len N          tokens per sample: prompt + answer (default 4096)\n"
     "      --samples N      samples per task (default 50)\n"
     "      --seed S         generator seed (default 1)\n"
+    "      --depth LIST     needle depths, fractions of the haystack in [0, 1]: sample i's\n"
+    "                       needle at the (i mod n)-th (niah_single and passkey, whose one\n"
+    "                       needle can be placed; default: drawn from the seed)\n"
     "      --kv LIST        methods, comma-separated (default full:f16,full:bf16)\n"
     "  -t, --threads N      worker threads (default: one per CPU)\n"
     "  -b, --batch-size N   prefill chunk (default 512)\n"
@@ -105,6 +108,7 @@ static int parse(int argc, char **argv, eval_opts *o, int ruler) {
         KVC_INT_OPT(NULL, "--len", &o->len, 128, 1 << 22),
         KVC_INT_OPT(NULL, "--samples", &o->samples, 1, 1 << 20),
         KVC_SEED_OPT(NULL, "--seed", &o->seed, NULL),
+        KVC_STR_OPT(NULL, "--depth", &o->depth),
         KVC_SWITCH_OPT("--verbose", &o->verbose),
     };
     enum { N_COMMON = sizeof common / sizeof common[0], N_OWN_MAX = 7 };
@@ -396,6 +400,28 @@ static int eval_kl(int argc, char **argv) {
 
 /* ---- eval ruler ----------------------------------------------------------------- */
 
+/* --depth LIST: comma-separated fractions in [0, 1], at most KVC_RULER_MAX_DEPTHS. */
+static int parse_depths(const char *list, double *d, int *n) {
+    *n = 0;
+    for (const char *p = list;;) {
+        char *end;
+        double v = strtod(p, &end);
+        if (end == p || (*end && *end != ',') || !(v >= 0 && v <= 1)) {
+            fprintf(stderr, "kvcomp eval ruler: --depth %s: '%.*s' is not a fraction in [0, 1]\n",
+                    list, (int)strcspn(p, ","), p);
+            return 2;
+        }
+        if (*n == KVC_RULER_MAX_DEPTHS) {
+            fprintf(stderr, "kvcomp eval ruler: --depth: more than %d depths\n",
+                    KVC_RULER_MAX_DEPTHS);
+            return 2;
+        }
+        d[(*n)++] = v;
+        if (!*end) return 0;
+        p = end + 1;
+    }
+}
+
 static int parse_tasks(const char *list, kvc_ruler_task *tasks, int *n) {
     *n = 0;
     if (strcmp(list, "all") == 0) {
@@ -443,9 +469,11 @@ static double method_mean(const kvc_eval_ruler_report *r, int k) {
 }
 
 static void ruler_table(const eval_opts *o, const eval_setup *s, const kvc_eval_ruler_report *r) {
-    printf("eval ruler: %s | haystack %s | len %d | %d samples/task | seed %llu | %d threads\n",
+    printf("eval ruler: %s | haystack %s | len %d | %d samples/task | seed %llu | %d threads",
            *s->info.name ? s->info.name : o->model, o->text, r->len, r->samples,
            (unsigned long long)r->seed, r->n_threads);
+    for (int i = 0; i < r->n_depths; i++) printf("%s%g", i ? "," : " | depths ", r->depths[i]);
+    printf("\n");
     printf("accuracy %% (string_match_all; perfect samples in parentheses)\n\n%-18s %7s",
            "task", "tokens");
     for (int k = 0; k < r->n_methods; k++) printf(" %20s", r->methods[k].spec);
@@ -488,6 +516,10 @@ static void ruler_json(const eval_opts *o, const eval_setup *s, const kvc_eval_r
     kvc_json_kv_int(&j, "len", r->len);
     kvc_json_kv_int(&j, "samples", r->samples);
     kvc_json_kv_uint(&j, "seed", r->seed);
+    kvc_json_key(&j, "depths"); /* [] : drawn from the seed */
+    kvc_json_arr_begin(&j);
+    for (int i = 0; i < r->n_depths; i++) kvc_json_num(&j, r->depths[i]);
+    kvc_json_arr_end(&j);
     kvc_report_machine_json(&j, r->n_threads);
     kvc_json_key(&j, "tasks");
     kvc_json_arr_begin(&j);
@@ -533,13 +565,31 @@ static int eval_ruler(int argc, char **argv) {
     kvc_ruler_task tasks[KVC_RULER_N_TASKS];
     int n_tasks = 0;
     if ((rc = parse_tasks(o.task, tasks, &n_tasks)) != 0) return rc;
+    double depths[KVC_RULER_MAX_DEPTHS];
+    int n_depths = 0;
+    if (o.depth && (rc = parse_depths(o.depth, depths, &n_depths)) != 0) return rc;
+    for (int t = 0; t < n_tasks && n_depths; t++)
+        if (tasks[t] != KVC_RULER_NIAH_SINGLE && tasks[t] != KVC_RULER_PASSKEY) {
+            fprintf(stderr, "kvcomp eval ruler: --depth places the one needle of niah_single and "
+                            "passkey; --task %s has several\n",
+                    kvc_ruler_task_name(tasks[t]));
+            return 2;
+        }
     eval_setup s;
     if ((rc = setup_open(&s, &o, "ruler")) != 0) {
         setup_free(&s);
         return rc;
     }
-    kvc_eval_ruler_params p = {o.len, o.samples, o.seed, o.threads, o.batch, tasks,
-                               n_tasks, o.verbose ? on_sample : NULL, NULL};
+    kvc_eval_ruler_params p = {.len = o.len,
+                               .samples = o.samples,
+                               .seed = o.seed,
+                               .n_threads = o.threads,
+                               .n_batch = o.batch,
+                               .tasks = tasks,
+                               .n_tasks = n_tasks,
+                               .on_sample = o.verbose ? on_sample : NULL,
+                               .depths = n_depths ? depths : NULL,
+                               .n_depths = n_depths};
     kvc_eval_ruler_report r;
     if (kvc_eval_ruler_run(s.m, s.text, s.text_len, &p, s.specs, s.n_specs, &r) != KVC_OK) {
         fprintf(stderr, "kvcomp eval ruler: %s\n", kvc_last_error());

@@ -125,11 +125,15 @@ kvc_status kvc_eval_ruler_run(kvc_model *m, const char *haystack, size_t haystac
     KVC_CHECK(p->samples >= 1, KVC_ERR_ARG, "eval ruler: --samples %d must be >= 1", p->samples);
     KVC_CHECK(p->len >= 64, KVC_ERR_ARG, "eval ruler: --len %d must be >= 64", p->len);
     KVC_CHECK(n_specs >= 1, KVC_ERR_ARG, "eval ruler: no methods");
+    KVC_CHECK(p->n_depths >= 0 && p->n_depths <= KVC_RULER_MAX_DEPTHS && (p->depths || !p->n_depths),
+              KVC_ERR_ARG, "eval ruler: %d depths (at most %d)", p->n_depths, KVC_RULER_MAX_DEPTHS);
     kvc_model_info info;
     kvc_model_info_get(m, &info);
     rep->len = p->len;
     rep->samples = p->samples;
     rep->seed = p->seed;
+    rep->n_depths = p->n_depths;
+    for (int i = 0; i < p->n_depths; i++) rep->depths[i] = p->depths[i];
     rep->n_threads = kvc_threads_resolve(p->n_threads);
     rep->n_tasks = p->n_tasks;
     rep->n_methods = n_specs;
@@ -170,8 +174,9 @@ kvc_status kvc_eval_ruler_run(kvc_model *m, const char *haystack, size_t haystac
         for (int si = 0; st == KVC_OK && si < p->samples; si++) {
             kvc_ruler_sample s;
             /* the prompt budget leaves room for the answer (at most 48 tokens) */
-            st = kvc_ruler_make(&hay, p->tasks[ti], p->len - 64, p->seed, si, count_tokens, &tb,
-                                &s);
+            double depth = p->n_depths ? p->depths[si % p->n_depths] : -1;
+            st = kvc_ruler_make(&hay, p->tasks[ti], p->len - 64, p->seed, si, depth, count_tokens,
+                                &tb, &s);
             if (st != KVC_OK) break;
             char *text = NULL;
             st = full_prompt(m, s.prompt, s.answer_prefix, &text);

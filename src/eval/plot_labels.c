@@ -10,8 +10,8 @@
 
 /* The spots tried, in order of preference. */
 static const kvc_label_spot spots[] = {
-    {1, 0.8, 0},  {1, -0.8, 0},  {-1, 0.8, 1},  {-1, -0.8, 1}, {1, 0, 0},
-    {-1, 0, 1},   {1, 1.8, 0},   {1, -1.8, 0},  {-1, 1.8, 1},  {-1, -1.8, 1},
+    {1, 0.8, 0}, {1, -0.8, 0}, {-1, 0.8, 1}, {-1, -0.8, 1}, {1, 0, 0},
+    {-1, 0, 1},  {1, 1.8, 0},  {1, -1.8, 0}, {-1, 1.8, 1},  {-1, -1.8, 1},
 };
 enum { N_SPOTS = sizeof spots / sizeof spots[0] };
 
@@ -39,15 +39,16 @@ static double crowding(box b, int i, const double *x, const double *y, const int
                        double w, double h, const double *keep_out, const kvc_label_spot *spot) {
     double c = (b.x1 - b.x0) * (b.y1 - b.y0) - overlap(b, (box){0, 0, w, h});
     if (keep_out) c += overlap(b, (box){keep_out[0], keep_out[1], keep_out[2], keep_out[3]});
-    for (int j = 0; j < i; j++) c += overlap(b, label_box(x[j], y[j], len[j], spot[j]));
+    for (int j = 0; j < i; j++)
+        c += overlap(b, label_box(x[j], y[j], len[j], spot[j]));
     for (int j = 0; j < n; j++)
-        c += overlap(b, (box){x[j] - point_half, y[j] - point_half, x[j] + point_half,
-                              y[j] + point_half});
+        c += overlap(
+            b, (box){x[j] - point_half, y[j] - point_half, x[j] + point_half, y[j] + point_half});
     return c;
 }
 
-void kvc_place_labels(const double *x, const double *y, const int *len, int n, double w,
-                      double h, const double *keep_out, kvc_label_spot *spot) {
+void kvc_place_labels(const double *x, const double *y, const int *len, int n, double w, double h,
+                      const double *keep_out, kvc_label_spot *spot) {
     for (int i = 0; i < n; i++) {
         int best = 0;
         double least = -1;

@@ -19,7 +19,7 @@ typedef struct kvc_label_spot {
  * further up and down) whose box is free of the labels placed before, of
  * every point, of keep_out and of the area's edges, else to the spot it
  * overlaps least. Deterministic. */
-void kvc_place_labels(const double *x, const double *y, const int *len, int n, double w,
-                      double h, const double *keep_out, kvc_label_spot *spot);
+void kvc_place_labels(const double *x, const double *y, const int *len, int n, double w, double h,
+                      const double *keep_out, kvc_label_spot *spot);
 
 #endif

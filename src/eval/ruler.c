@@ -415,14 +415,22 @@ void kvc_ruler_sample_free(kvc_ruler_sample *s) {
 }
 
 kvc_status kvc_ruler_make(const kvc_ruler_haystack *h, kvc_ruler_task task, int budget_tokens,
-                          uint64_t seed, int index, kvc_ruler_count_fn count, void *user,
-                          kvc_ruler_sample *out) {
+                          uint64_t seed, int index, double depth, kvc_ruler_count_fn count,
+                          void *user, kvc_ruler_sample *out) {
     memset(out, 0, sizeof *out);
     KVC_CHECK((unsigned)task < KVC_RULER_N_TASKS, KVC_ERR_ARG, "ruler task %d: unknown", task);
     KVC_CHECK(budget_tokens > 0, KVC_ERR_ARG, "ruler budget %d tokens: must be > 0",
               budget_tokens);
+    KVC_CHECK(depth < 0 || depth <= 1, KVC_ERR_ARG, "ruler depth %g: must be in [0, 1]", depth);
     plan p;
     make_plan(h, task, seed, index, &p, out);
+    if (depth >= 0) { /* after every draw, so the sample is the same but for this */
+        KVC_CHECK(p.n_needles == 1, KVC_ERR_ARG,
+                  "ruler %s: a depth is for tasks of one needle (niah_single, passkey), this "
+                  "one has %d",
+                  kvc_ruler_task_name(task), p.n_needles);
+        p.depth[0] = depth;
+    }
     out->task = task;
     out->n_needles = p.n_needles;
 

@@ -208,7 +208,18 @@ for m in d["methods"]:
         c = m["accuracy"][task]
         assert c["n"] == 2 and 0 <= c["score"] <= 1 and 0 <= c["perfect"] <= 2
     assert m["cache"]["bytes_per_token"] > 0
+assert d["depths"] == []
 '
+# chosen needle depths: sample i at the (i mod n)-th, printed with --verbose (the nearest
+# sentence boundary of a 400-token haystack: within a few hundredths)
+run ruler_depth "$KVCOMP" eval ruler -m "$MODEL" --text "$TEXT" --len 400 -t 1 --samples 2 \
+    --depth 0.1,0.9 --kv full:f16 --json --verbose
+check "eval ruler --depth JSON" "$TMP/ruler_depth.out" '
+assert d["depths"] == [0.1, 0.9] and d["methods"][0]["accuracy"]["niah_single"]["n"] == 2
+'
+if grep -q "#0 full:f16.*depth 0\.[01]" "$TMP/ruler_depth.err" &&
+    grep -q "#1 full:f16.*depth 0\.[89]" "$TMP/ruler_depth.err"
+then ok "eval ruler --depth places the needles"; else bad "eval ruler --depth"; cat "$TMP/ruler_depth.err"; fi
 
 # ---- methods, bench ----
 run methods "$KVCOMP" methods --json
@@ -283,6 +294,8 @@ expect 1 "--text.*cannot open" "$KVCOMP" eval kl -m "$MODEL" --text "$TMP/missin
 expect 1 "text has [0-9]+ tokens" "$KVCOMP" eval kl -m "$MODEL" --text "$TEXT" --ctx 100000 --cont 8
 expect 2 "--task 'needle'.*niah_single" "$KVCOMP" eval ruler --task needle
 expect 2 "--samples.*outside" "$KVCOMP" eval ruler --samples 0
+expect 2 "--depth 0.5,2: '2' is not a fraction" "$KVCOMP" eval ruler --depth 0.5,2
+expect 2 "--depth places the one needle.*niah_multikey" "$KVCOMP" eval ruler --task niah_single,niah_multikey --depth 0.5
 expect 2 "unknown benchmark" "$KVCOMP" bench fast
 expect 2 "--ctx '4q'" "$KVCOMP" bench attn --ctx 4q
 expect 2 "not a multiple" "$KVCOMP" bench attn --heads 9 --kv-heads 2

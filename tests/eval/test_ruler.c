@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 #include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,9 +74,9 @@ static void test_deterministic(void **state) {
     (void)state;
     for (int t = 0; t < KVC_RULER_N_TASKS; t++) {
         kvc_ruler_sample a, b, c;
-        assert_int_equal(kvc_ruler_make(&hay, t, 1500, 42, 3, count_words, NULL, &a), KVC_OK);
-        assert_int_equal(kvc_ruler_make(&hay, t, 1500, 42, 3, count_words, NULL, &b), KVC_OK);
-        assert_int_equal(kvc_ruler_make(&hay, t, 1500, 42, 4, count_words, NULL, &c), KVC_OK);
+        assert_int_equal(kvc_ruler_make(&hay, t, 1500, 42, 3, -1, count_words, NULL, &a), KVC_OK);
+        assert_int_equal(kvc_ruler_make(&hay, t, 1500, 42, 3, -1, count_words, NULL, &b), KVC_OK);
+        assert_int_equal(kvc_ruler_make(&hay, t, 1500, 42, 4, -1, count_words, NULL, &c), KVC_OK);
         assert_string_equal(a.prompt, b.prompt);
         assert_string_equal(a.answer_prefix, b.answer_prefix);
         assert_int_equal(a.n_answers, b.n_answers);
@@ -100,7 +101,7 @@ static void test_needles_and_answers(void **state) {
     for (int idx = 0; idx < 20; idx++) {
         for (int t = 0; t < KVC_RULER_N_TASKS; t++) {
             kvc_ruler_sample s;
-            assert_int_equal(kvc_ruler_make(&hay, t, 2000, 7, idx, count_words, NULL, &s), KVC_OK);
+            assert_int_equal(kvc_ruler_make(&hay, t, 2000, 7, idx, -1, count_words, NULL, &s), KVC_OK);
             assert_true(s.n_tokens <= 2000);
             assert_true(s.n_tokens >= 1900); /* close to the budget */
             assert_true(s.max_new_tokens > 0);
@@ -158,13 +159,46 @@ static void test_depths_spread(void **state) {
     for (int idx = 0; idx < 40; idx++) {
         kvc_ruler_sample s;
         assert_int_equal(
-            kvc_ruler_make(&hay, KVC_RULER_NIAH_SINGLE, 800, 1, idx, count_words, NULL, &s), KVC_OK);
+            kvc_ruler_make(&hay, KVC_RULER_NIAH_SINGLE, 800, 1, idx, -1, count_words, NULL, &s), KVC_OK);
         lo = s.depth[0] < lo ? s.depth[0] : lo;
         hi = s.depth[0] > hi ? s.depth[0] : hi;
         kvc_ruler_sample_free(&s);
     }
     assert_true(lo < 0.2);
     assert_true(hi > 0.8);
+}
+
+/* A chosen depth moves the one needle there (the nearest sentence boundary)
+ * and changes nothing else of the sample; tasks of several needles and
+ * depths outside [0, 1] are refused. */
+static void test_chosen_depth(void **state) {
+    (void)state;
+    const kvc_ruler_task one[] = {KVC_RULER_NIAH_SINGLE, KVC_RULER_PASSKEY};
+    const double depths[] = {0, 0.25, 0.5, 0.9, 1};
+    for (int t = 0; t < 2; t++) {
+        kvc_ruler_sample r;
+        assert_int_equal(kvc_ruler_make(&hay, one[t], 2000, 9, 3, -1, count_words, NULL, &r), KVC_OK);
+        for (int d = 0; d < 5; d++) {
+            kvc_ruler_sample s;
+            assert_int_equal(
+                kvc_ruler_make(&hay, one[t], 2000, 9, 3, depths[d], count_words, NULL, &s), KVC_OK);
+            assert_true(fabs(s.depth[0] - depths[d]) < 0.05);
+            assert_string_equal(s.answers[0], r.answers[0]);
+            assert_string_equal(s.answer_prefix, r.answer_prefix);
+            assert_true(abs(s.n_tokens - r.n_tokens) < 20);
+            kvc_ruler_sample_free(&s);
+        }
+        kvc_ruler_sample_free(&r);
+    }
+    kvc_ruler_sample s;
+    assert_int_equal(
+        kvc_ruler_make(&hay, KVC_RULER_NIAH_MULTIKEY, 2000, 9, 3, 0.5, count_words, NULL, &s),
+        KVC_ERR_ARG);
+    assert_non_null(strstr(kvc_last_error(), "one needle"));
+    assert_int_equal(
+        kvc_ruler_make(&hay, KVC_RULER_NIAH_SINGLE, 2000, 9, 3, 1.5, count_words, NULL, &s),
+        KVC_ERR_ARG);
+    assert_non_null(strstr(kvc_last_error(), "[0, 1]"));
 }
 
 static void test_wraps_short_haystack(void **state) {
@@ -176,13 +210,13 @@ static void test_wraps_short_haystack(void **state) {
     kvc_ruler_sample s;
     int calls = 0;
     assert_int_equal(
-        kvc_ruler_make(&small, KVC_RULER_NIAH_SINGLE, 600, 5, 0, count_words, &calls, &s), KVC_OK);
+        kvc_ruler_make(&small, KVC_RULER_NIAH_SINGLE, 600, 5, 0, -1, count_words, &calls, &s), KVC_OK);
     assert_true(s.n_tokens <= 600 && s.n_tokens > 550);
     assert_true(count_occurrences(s.prompt, "The clocks were striking thirteen.") > 5);
     assert_true(calls < 48);
     kvc_ruler_sample_free(&s);
     /* a budget below the instructions alone */
-    assert_int_equal(kvc_ruler_make(&small, KVC_RULER_VT, 20, 5, 0, count_words, NULL, &s),
+    assert_int_equal(kvc_ruler_make(&small, KVC_RULER_VT, 20, 5, 0, -1, count_words, NULL, &s),
                      KVC_ERR_RANGE);
     assert_non_null(strstr(kvc_last_error(), "raise --len"));
     kvc_ruler_haystack_free(&small);
@@ -207,6 +241,7 @@ int main(void) {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_needles_and_answers),
         cmocka_unit_test(test_depths_spread),
+        cmocka_unit_test(test_chosen_depth),
         cmocka_unit_test(test_wraps_short_haystack),
         cmocka_unit_test(test_score),
     };
