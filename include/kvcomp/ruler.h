@@ -17,7 +17,7 @@
  * prompt — counted by the caller's callback, which applies the chat template —
  * fits a token budget. Scoring is RULER's string_match_all: the fraction of
  * expected strings found (case-insensitively) in the model's output.
- * Everything is a pure function of (text, task, budget, seed, index). */
+ * Everything is a pure function of (text, task, budget, seed, index, depth). */
 #ifndef KVCOMP_RULER_H
 #define KVCOMP_RULER_H
 
