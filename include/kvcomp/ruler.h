@@ -37,6 +37,8 @@ typedef enum kvc_ruler_task {
 } kvc_ruler_task;
 
 const char *kvc_ruler_task_name(kvc_ruler_task t);
+/* How many needles a sample of the task hides (0 for an unknown task). */
+int kvc_ruler_task_needles(kvc_ruler_task t);
 /* KVC_ERR_ARG listing the valid names for an unknown one. */
 kvc_status kvc_ruler_task_parse(const char *name, kvc_ruler_task *out);
 

@@ -569,7 +569,7 @@ static int eval_ruler(int argc, char **argv) {
     int n_depths = 0;
     if (o.depth && (rc = parse_depths(o.depth, depths, &n_depths)) != 0) return rc;
     for (int t = 0; t < n_tasks && n_depths; t++)
-        if (tasks[t] != KVC_RULER_NIAH_SINGLE && tasks[t] != KVC_RULER_PASSKEY) {
+        if (kvc_ruler_task_needles(tasks[t]) != 1) {
             fprintf(stderr, "kvcomp eval ruler: --depth places the one needle of niah_single and "
                             "passkey; --task %s has several\n",
                     kvc_ruler_task_name(tasks[t]));

@@ -101,24 +101,25 @@ static const double canvas_w = 128, canvas_h = 40, margin_l = 11, margin_r = 3, 
 
 /* One `set label` per point, at the spot kvc_place_labels chose. */
 static void put_labels(FILE *g, const kvc_plot *plot, const kvc_plot_point *pts, const int *order,
-                       int m, plot_frame f, double *cx, double *cy, int *len,
-                       kvc_label_spot *spot) {
+                       int m, plot_frame f, kvc_label *labels) {
     double w = canvas_w - margin_l - margin_r, h = canvas_h - margin_t - margin_b;
     for (int k = 0; k < m; k++) {
         const kvc_plot_point *p = &pts[order[k]];
-        cx[k] = (p->x - f.x0) / (f.x1 - f.x0) * w;
-        cy[k] = plot->log_y ? log10(p->y / f.y0) / log10(f.y1 / f.y0) * h
-                            : (p->y - f.y0) / (f.y1 - f.y0) * h;
-        len[k] = p->label ? (int)strlen(p->label) : 0;
+        labels[k] = (kvc_label){(p->x - f.x0) / (f.x1 - f.x0) * w,
+                                plot->log_y ? log10(p->y / f.y0) / log10(f.y1 / f.y0) * h
+                                            : (p->y - f.y0) / (f.y1 - f.y0) * h,
+                                p->label ? (int)strlen(p->label) : 0,
+                                {0, 0, 0}};
     }
     const double key[4] = {0, 0, 22, 3}; /* the key, bottom left: see put_script */
-    kvc_place_labels(cx, cy, len, m, w, h, plot->pareto ? key : NULL, spot);
+    kvc_place_labels(labels, m, w, h, plot->pareto ? key : NULL);
     for (int k = 0; k < m; k++) {
         const kvc_plot_point *p = &pts[order[k]];
+        kvc_label_spot s = labels[k].spot;
         fprintf(g, "set label %d ", k + 1);
         put_quoted(g, p->label ? p->label : "");
         fprintf(g, " at first %.9g, first %.9g offset char %g,%g %s noenhanced front\n", p->x, p->y,
-                spot[k].dx, spot[k].dy, spot[k].right_aligned ? "right" : "left");
+                s.dx, s.dy, s.right_aligned ? "right" : "left");
     }
 }
 
@@ -137,7 +138,7 @@ static void put_front(FILE *g, const kvc_plot_point *pts, int n, const int *orde
 
 /* The gnuplot script: header, ranges, labels, data and the plot command. */
 static void put_script(FILE *g, const char *path, const kvc_plot *plot, const kvc_plot_point *pts,
-                       int n, int *order, double *cx, double *cy, int *len, kvc_label_spot *spot) {
+                       int n, int *order, kvc_label *labels) {
     fputs("set terminal pngcairo size 960,640 enhanced font 'Sans,11'\n", g);
     fputs("set output ", g);
     put_quoted(g, path);
@@ -160,7 +161,7 @@ static void put_script(FILE *g, const char *path, const kvc_plot *plot, const kv
     }
     plot_frame f = frame_of(plot, pts, order, m);
     fprintf(g, "set xrange [%.9g:%.9g]\nset yrange [%.9g:%.9g]\n", f.x0, f.x1, f.y0, f.y1);
-    put_labels(g, plot, pts, order, m, f, cx, cy, len, spot);
+    put_labels(g, plot, pts, order, m, f, labels);
     put_points(g, pts, order, m);
     if (plot->pareto) {
         put_front(g, pts, n, order, m);
@@ -180,17 +181,13 @@ kvc_status kvc_plot_png(const char *path, const kvc_plot *plot, const kvc_plot_p
     for (const char *c = path; *c; c++)
         KVC_CHECK(*c != '\n', KVC_ERR_ARG, "--plot: file name with a newline");
     size_t cap = (size_t)(n > 0 ? n : 1);
-    int *order = malloc(sizeof(int) * cap), *len = malloc(sizeof(int) * cap);
-    double *cx = malloc(sizeof(double) * cap), *cy = malloc(sizeof(double) * cap);
-    kvc_label_spot *spot = malloc(sizeof(kvc_label_spot) * cap);
-    int allocated = order && len && cx && cy && spot;
+    int *order = malloc(sizeof(int) * cap);
+    kvc_label *labels = malloc(sizeof(kvc_label) * cap);
+    int allocated = order && labels;
     FILE *g = allocated ? popen("gnuplot 1>&2", "w") : NULL; /* its messages to stderr */
-    if (g) put_script(g, path, plot, pts, n, order, cx, cy, len, spot);
+    if (g) put_script(g, path, plot, pts, n, order, labels);
     free(order);
-    free(len);
-    free(cx);
-    free(cy);
-    free(spot);
+    free(labels);
     KVC_CHECK(allocated, KVC_ERR_NOMEM, "--plot %s: out of memory for %d points", path, n);
     KVC_CHECK(g, KVC_ERR_IO, "--plot %s: cannot run gnuplot", path);
     int rc = pclose(g);

@@ -21,10 +21,10 @@ typedef struct box {
     double x0, y0, x1, y1;
 } box;
 
-static box label_box(double x, double y, int len, kvc_label_spot s) {
-    double ax = x + s.dx, ay = y + s.dy;
-    return s.right_aligned ? (box){ax - len, ay - 0.5, ax, ay + 0.5}
-                           : (box){ax, ay - 0.5, ax + len, ay + 0.5};
+static box label_box(const kvc_label *l, kvc_label_spot s) {
+    double ax = l->x + s.dx, ay = l->y + s.dy;
+    return s.right_aligned ? (box){ax - l->len, ay - 0.5, ax, ay + 0.5}
+                           : (box){ax, ay - 0.5, ax + l->len, ay + 0.5};
 }
 
 static double overlap(box a, box b) {
@@ -35,32 +35,29 @@ static double overlap(box a, box b) {
 
 /* How much of box b is covered by the labels placed before label i, by the
  * points or by the keep-out box, or lies outside the w x h area. */
-static double crowding(box b, int i, const double *x, const double *y, const int *len, int n,
-                       double w, double h, const double *keep_out, const kvc_label_spot *spot) {
+static double crowding(box b, int i, const kvc_label *l, int n, double w, double h,
+                       const double *keep_out) {
     double c = (b.x1 - b.x0) * (b.y1 - b.y0) - overlap(b, (box){0, 0, w, h});
     if (keep_out) c += overlap(b, (box){keep_out[0], keep_out[1], keep_out[2], keep_out[3]});
-    for (int j = 0; j < i; j++)
-        c += overlap(b, label_box(x[j], y[j], len[j], spot[j]));
+    for (int j = 0; j < i; j++) c += overlap(b, label_box(&l[j], l[j].spot));
     for (int j = 0; j < n; j++)
-        c += overlap(
-            b, (box){x[j] - point_half, y[j] - point_half, x[j] + point_half, y[j] + point_half});
+        c += overlap(b, (box){l[j].x - point_half, l[j].y - point_half, l[j].x + point_half,
+                              l[j].y + point_half});
     return c;
 }
 
-void kvc_place_labels(const double *x, const double *y, const int *len, int n, double w, double h,
-                      const double *keep_out, kvc_label_spot *spot) {
+void kvc_place_labels(kvc_label *l, int n, double w, double h, const double *keep_out) {
     for (int i = 0; i < n; i++) {
         int best = 0;
         double least = -1;
         for (int s = 0; s < N_SPOTS; s++) {
-            box b = label_box(x[i], y[i], len[i], spots[s]);
-            double c = crowding(b, i, x, y, len, n, w, h, keep_out, spot);
+            double c = crowding(label_box(&l[i], spots[s]), i, l, n, w, h, keep_out);
             if (least < 0 || c < least) {
                 least = c;
                 best = s;
             }
             if (c == 0) break;
         }
-        spot[i] = spots[best];
+        l[i].spot = spots[best];
     }
 }

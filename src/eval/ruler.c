@@ -113,6 +113,11 @@ kvc_status kvc_ruler_haystack_init(kvc_ruler_haystack *h, const char *text, size
 #define N_MULTI 4 /* needles / values / queries in the multi-* tasks (RULER's default) */
 #define VT_HOPS 4
 
+int kvc_ruler_task_needles(kvc_ruler_task t) {
+    static const int needles[KVC_RULER_N_TASKS] = {1, N_MULTI, N_MULTI, N_MULTI, 1, VT_HOPS + 1};
+    return (unsigned)t < KVC_RULER_N_TASKS ? needles[t] : 0;
+}
+
 typedef struct plan {
     kvc_ruler_task task;
     size_t start; /* haystack start offset */
@@ -200,6 +205,7 @@ static void make_plan(const kvc_ruler_haystack *h, kvc_ruler_task task, uint64_t
     kvc_rng_next(&rng);
     memset(p, 0, sizeof *p);
     p->task = task;
+    p->n_needles = kvc_ruler_task_needles(task);
     p->start = h->para[rng_below(&rng, (uint64_t)h->n_para)];
     char keys[N_MULTI][32], vals[N_MULTI][16], query[160];
     switch (task) {
@@ -212,7 +218,6 @@ static void make_plan(const kvc_ruler_haystack *h, kvc_ruler_task task, uint64_t
         int n_vals = task == KVC_RULER_NIAH_SINGLE ? 1 : N_MULTI;
         draw_keys(&rng, n_keys, keys);
         draw_numbers(&rng, n_vals, 7, vals);
-        p->n_needles = n_vals;
         for (int i = 0; i < n_vals; i++)
             snprintf(p->needle[i], sizeof p->needle[i],
                      "One of the special magic numbers for %s is: %s.", keys[n_keys == 1 ? 0 : i],
@@ -237,7 +242,6 @@ static void make_plan(const kvc_ruler_haystack *h, kvc_ruler_task task, uint64_t
     }
     case KVC_RULER_PASSKEY: {
         draw_numbers(&rng, 1, 5, vals);
-        p->n_needles = 1;
         snprintf(p->needle[0], sizeof p->needle[0],
                  "The pass key is %s. Remember it. %s is the pass key.", vals[0], vals[0]);
         s->n_answers = 1;
@@ -255,7 +259,6 @@ static void make_plan(const kvc_ruler_haystack *h, kvc_ruler_task task, uint64_t
         char names[VT_HOPS + 1][16];
         draw_names(&rng, VT_HOPS + 1, names);
         draw_numbers(&rng, 1, 5, vals);
-        p->n_needles = VT_HOPS + 1;
         snprintf(p->needle[0], sizeof p->needle[0], "VAR %s = %s.", names[0], vals[0]);
         for (int i = 1; i <= VT_HOPS; i++)
             snprintf(p->needle[i], sizeof p->needle[i], "VAR %s = VAR %s.", names[i],
@@ -422,15 +425,12 @@ kvc_status kvc_ruler_make(const kvc_ruler_haystack *h, kvc_ruler_task task, int 
     KVC_CHECK(budget_tokens > 0, KVC_ERR_ARG, "ruler budget %d tokens: must be > 0",
               budget_tokens);
     KVC_CHECK(depth < 0 || depth <= 1, KVC_ERR_ARG, "ruler depth %g: must be in [0, 1]", depth);
+    KVC_CHECK(depth < 0 || kvc_ruler_task_needles(task) == 1, KVC_ERR_ARG,
+              "ruler %s: a depth is for tasks of one needle (niah_single, passkey), this one has %d",
+              kvc_ruler_task_name(task), kvc_ruler_task_needles(task));
     plan p;
     make_plan(h, task, seed, index, &p, out);
-    if (depth >= 0) { /* after every draw, so the sample is the same but for this */
-        KVC_CHECK(p.n_needles == 1, KVC_ERR_ARG,
-                  "ruler %s: a depth is for tasks of one needle (niah_single, passkey), this "
-                  "one has %d",
-                  kvc_ruler_task_name(task), p.n_needles);
-        p.depth[0] = depth;
-    }
+    if (depth >= 0) p.depth[0] = depth; /* after every draw: the sample is the same but for this */
     out->task = task;
     out->n_needles = p.n_needles;
 

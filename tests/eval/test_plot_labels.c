@@ -16,10 +16,10 @@ typedef struct box {
 } box;
 
 /* The same box the placer assumes: one cell per character, one cell high. */
-static box box_of(double x, double y, int len, kvc_label_spot s) {
-    double ax = x + s.dx, ay = y + s.dy;
-    return s.right_aligned ? (box){ax - len, ay - 0.5, ax, ay + 0.5}
-                           : (box){ax, ay - 0.5, ax + len, ay + 0.5};
+static box box_of(const kvc_label *l) {
+    double ax = l->x + l->spot.dx, ay = l->y + l->spot.dy;
+    return l->spot.right_aligned ? (box){ax - l->len, ay - 0.5, ax, ay + 0.5}
+                                 : (box){ax, ay - 0.5, ax + l->len, ay + 0.5};
 }
 
 static int overlaps(box a, box b) {
@@ -28,22 +28,18 @@ static int overlaps(box a, box b) {
 
 static void test_isolated_point_right_above(void **state) {
     (void)state;
-    double x = 10, y = 10;
-    int len = 8;
-    kvc_label_spot s;
-    kvc_place_labels(&x, &y, &len, 1, 100, 30, NULL, &s);
-    assert_true(s.dx > 0 && s.dy > 0);
-    assert_int_equal(s.right_aligned, 0);
+    kvc_label l = {10, 10, 8, {0, 0, 0}};
+    kvc_place_labels(&l, 1, 100, 30, NULL);
+    assert_true(l.spot.dx > 0 && l.spot.dy > 0);
+    assert_int_equal(l.spot.right_aligned, 0);
 }
 
 static void test_near_right_edge_goes_left(void **state) {
     (void)state;
-    double x = 95, y = 10;
-    int len = 12;
-    kvc_label_spot s;
-    kvc_place_labels(&x, &y, &len, 1, 100, 30, NULL, &s);
-    assert_int_equal(s.right_aligned, 1);
-    box b = box_of(x, y, len, s);
+    kvc_label l = {95, 10, 12, {0, 0, 0}};
+    kvc_place_labels(&l, 1, 100, 30, NULL);
+    assert_int_equal(l.spot.right_aligned, 1);
+    box b = box_of(&l);
     assert_true(b.x0 >= 0 && b.x1 <= 100);
 }
 
@@ -53,45 +49,36 @@ static void test_near_right_edge_goes_left(void **state) {
 static void test_crowded_column_disjoint(void **state) {
     (void)state;
     enum { N = 6 };
-    double x[N], y[N];
-    int len[N];
+    kvc_label l[N];
+    for (int i = 0; i < N; i++) l[i] = (kvc_label){20 + 0.3 * i, 15 - 0.7 * i, 10 + i, {0, 0, 0}};
+    kvc_place_labels(l, N, 100, 30, NULL);
     for (int i = 0; i < N; i++) {
-        x[i] = 20 + 0.3 * i;
-        y[i] = 15 - 0.7 * i;
-        len[i] = 10 + i;
-    }
-    kvc_label_spot s[N];
-    kvc_place_labels(x, y, len, N, 100, 30, NULL, s);
-    for (int i = 0; i < N; i++) {
-        box b = box_of(x[i], y[i], len[i], s[i]);
+        box b = box_of(&l[i]);
         for (int j = 0; j < N; j++) {
-            if (j != i) assert_false(overlaps(b, box_of(x[j], y[j], len[j], s[j])));
-            assert_false(overlaps(b, (box){x[j] - 0.6, y[j] - 0.6, x[j] + 0.6, y[j] + 0.6}));
+            if (j != i) assert_false(overlaps(b, box_of(&l[j])));
+            assert_false(overlaps(b, (box){l[j].x - 0.6, l[j].y - 0.6, l[j].x + 0.6, l[j].y + 0.6}));
         }
     }
 }
 
 static void test_keep_out_avoided(void **state) {
     (void)state;
-    double x = 5, y = 2;
-    int len = 6;
+    kvc_label l = {5, 2, 6, {0, 0, 0}};
     const double key[4] = {0, 0, 22, 3};
-    kvc_label_spot s;
-    kvc_place_labels(&x, &y, &len, 1, 100, 30, key, &s);
-    box b = box_of(x, y, len, s);
+    kvc_place_labels(&l, 1, 100, 30, key);
+    box b = box_of(&l);
     assert_false(overlaps(b, (box){key[0], key[1], key[2], key[3]}));
 }
 
 /* Two points at the same place: the labels still part. */
 static void test_same_place_labels_part(void **state) {
     (void)state;
-    double x[2] = {40, 40}, y[2] = {12, 12};
-    int len[2] = {9, 9};
-    kvc_label_spot s[2], again[2];
-    kvc_place_labels(x, y, len, 2, 100, 30, NULL, s);
-    assert_false(overlaps(box_of(x[0], y[0], len[0], s[0]), box_of(x[1], y[1], len[1], s[1])));
-    kvc_place_labels(x, y, len, 2, 100, 30, NULL, again);
-    assert_memory_equal(s, again, sizeof s);
+    kvc_label l[2] = {{40, 12, 9, {0, 0, 0}}, {40, 12, 9, {0, 0, 0}}}, again[2];
+    memcpy(again, l, sizeof l);
+    kvc_place_labels(l, 2, 100, 30, NULL);
+    assert_false(overlaps(box_of(&l[0]), box_of(&l[1])));
+    kvc_place_labels(again, 2, 100, 30, NULL);
+    assert_memory_equal(l, again, sizeof l);
 }
 
 int main(void) {
