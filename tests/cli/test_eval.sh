@@ -220,6 +220,9 @@ assert d["depths"] == [0.1, 0.9] and d["methods"][0]["accuracy"]["niah_single"][
 if grep -q "#0 full:f16.*depth 0\.[01]" "$TMP/ruler_depth.err" &&
     grep -q "#1 full:f16.*depth 0\.[89]" "$TMP/ruler_depth.err"
 then ok "eval ruler --depth places the needles"; else bad "eval ruler --depth"; cat "$TMP/ruler_depth.err"; fi
+# one line per sample even when the output has newlines (sample #1's does: ":\n\n1. ...")
+if ! grep -qv '^\[niah_single #[01] full:f16\] score .* | output: ' "$TMP/ruler_depth.err"
+then ok "eval ruler --verbose: one line per sample"; else bad "eval ruler --verbose lines"; cat "$TMP/ruler_depth.err"; fi
 
 # ---- methods, bench ----
 run methods "$KVCOMP" methods --json
