@@ -76,10 +76,15 @@ ALWAYS_INLINE uint64_t pieces_mask(const uint32_t *bits, int nw, const int g, in
     return np - r0 >= 8 ? m : m & ((1ull << 8 * (np - r0)) - 1);
 }
 
-/* The lanes of piece r that are channels (d is a multiple of 4: a piece has
- * 8 or 4 channels). */
-ALWAYS_INLINE __m256i piece_lanes(int d, int r) {
-    return d - 8 * r >= 8 ? _mm256_set1_epi32(-1) : _mm256_setr_epi32(-1, -1, -1, -1, 0, 0, 0, 0);
+/* The output's channels of piece r (8, or the last 4: d is a multiple of 4)
+ * with plain loads and stores: masked stores are microcoded on AMD Zen. */
+ALWAYS_INLINE __m256 load_piece(const float *o, int d, int r) {
+    if (8 * r + 8 <= d) return _mm256_loadu_ps(o + 8 * r);
+    return _mm256_insertf128_ps(_mm256_setzero_ps(), _mm_loadu_ps(o + 8 * r), 0);
+}
+ALWAYS_INLINE void store_piece(float *o, int d, int r, __m256 x) {
+    if (8 * r + 8 <= d) _mm256_storeu_ps(o + 8 * r, x);
+    else _mm_storeu_ps(o + 8 * r, _mm256_castps256_ps128(x));
 }
 
 /* The query's channels of piece r: 8, or the last 4 (d is a multiple of 4)
@@ -127,11 +132,9 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
     int off[PV_TOKENS];
     memset(off, 0, (size_t)n * sizeof *off);
     for (int r = 0; r < np; r++) {
-        const int c0 = 8 * r;
-        const __m256i lanes = piece_lanes(d, r);
         __m256 acc[8];
         #pragma GCC unroll 8
-        for (int h = 0; h < G; h++) acc[h] = _mm256_maskload_ps(o + (size_t)h * ldo + c0, lanes);
+        for (int h = 0; h < G; h++) acc[h] = load_piece(o + (size_t)h * ldo, d, r);
         for (int t = 0; t < n; t++) {
             unsigned m = piece_mask(v->bits + (size_t)t * nw, g, r);
             if (!m) continue;
@@ -143,7 +146,7 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
                 acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(p[(size_t)h * ldp + t]), f, acc[h]);
         }
         #pragma GCC unroll 8
-        for (int h = 0; h < G; h++) _mm256_maskstore_ps(o + (size_t)h * ldo + c0, lanes, acc[h]);
+        for (int h = 0; h < G; h++) store_piece(o + (size_t)h * ldo, d, r, acc[h]);
     }
 }
 
