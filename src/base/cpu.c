@@ -4,6 +4,7 @@
  * the set the kernels in src/kernels/avx512 are compiled for. */
 #include "base/cpu.h"
 
+#include <cpuid.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,21 @@ kvc_isa kvc_cpu_isa(void) {
                  __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512vnni") &&
                  __builtin_cpu_supports("avx512bf16");
     return avx512 ? KVC_ISA_AVX512 : avx2 ? KVC_ISA_AVX2 : KVC_ISA_SCALAR;
+}
+
+int kvc_cpu_fast_pdep(void) {
+    const char *env = getenv("KVC_PDEP");
+    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) return env[0] == '1';
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("bmi2")) return 0;
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return 0;
+    const int amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u; /* "AuthenticAMD" */
+    if (!amd) return 1;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff; /* extended family */
+    return family >= 0x19;
 }
 
 static kvc_isa active = KVC_ISA_SCALAR;

@@ -9,4 +9,9 @@
 /* The highest level this CPU (and OS, via XCR0) supports, ignoring KVC_ISA. */
 kvc_isa kvc_cpu_isa(void);
 
+/* 1 when BMI2's PDEP/PEXT are fast on this CPU: every Intel CPU with BMI2
+ * and AMD from Zen 3 (family 19h) on; AMD Zen 1 and 2 (families 17h, 18h)
+ * microcode them. KVC_PDEP=0 or 1 overrides the answer (comparisons, tests). */
+int kvc_cpu_fast_pdep(void);
+
 #endif

@@ -1,13 +1,17 @@
 /* Base module: f16/bf16 conversions against known values, status messages,
- * the thread pool runs every task exactly once for any thread count. */
+ * the thread pool runs every task exactly once for any thread count, the
+ * bit spreads that stand in for PDEP equal a bit-by-bit deposit. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/bits.h"
+#include "base/cpu.h"
 #include "base/f16.h"
 #include "base/status.h"
 #include "base/threadpool.h"
@@ -50,6 +54,34 @@ static void count_task(void *ctx, int task, int thread) {
     __atomic_fetch_add(&hits[task], 1, __ATOMIC_RELAXED);
 }
 
+/* bit i of x to bit i * step, one bit at a time: what PDEP with the masks
+ * 0x5555... (step 2) and 0x1111... (step 4) computes */
+static uint64_t spread_ref(uint64_t x, int nbits, int step) {
+    uint64_t v = 0;
+    for (int i = 0; i < nbits; i++) v |= (x >> i & 1) << (i * step);
+    return v;
+}
+
+static void test_bit_spread(void **state) {
+    (void)state;
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    for (int n = 0; n < 100000; n++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17; /* xorshift64 */
+        uint32_t x = n < 3 ? (uint32_t[]){0, 0xffffffffu, 0x80000001u}[n] : (uint32_t)r;
+        assert_true(kvc_spread2_u32(x) == spread_ref(x, 32, 2));
+        assert_true(kvc_spread4_u16((uint16_t)x) == spread_ref((uint16_t)x, 16, 4));
+    }
+}
+
+static void test_fast_pdep_override(void **state) {
+    (void)state;
+    setenv("KVC_PDEP", "0", 1);
+    assert_int_equal(kvc_cpu_fast_pdep(), 0);
+    setenv("KVC_PDEP", "1", 1);
+    assert_int_equal(kvc_cpu_fast_pdep(), 1);
+    unsetenv("KVC_PDEP");
+}
+
 static void test_pool_runs_each_task_once(void **state) {
     (void)state;
     for (int nt = 1; nt <= 4; nt++) {
@@ -71,6 +103,8 @@ int main(void) {
         cmocka_unit_test(test_bf16_round_nearest_even),
         cmocka_unit_test(test_error_message),
         cmocka_unit_test(test_pool_runs_each_task_once),
+        cmocka_unit_test(test_bit_spread),
+        cmocka_unit_test(test_fast_pdep_override),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

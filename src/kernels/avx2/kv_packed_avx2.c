@@ -1,6 +1,7 @@
 /* AVX2 kernels of the packed two-D format (src/kv/codec/packed.h). AVX2 has
  * no expand instruction: a vector is walked in pieces of 8 channels, the
- * piece's 8-bit channel mask (group bits spread by PDEP) indexes a table of
+ * piece's 8-bit channel mask (group bits spread by PDEP, or by shifts and
+ * masks where PDEP is microcoded: base/bits.h) indexes a table of
  * VPERMPS indices that moves the piece's packed values (8 f16 loaded and
  * widened by VCVTPH2PS) to their channels, and a lane mask zeroes the rest.
  * Same loop structure as the AVX-512 kernels (kv_packed_avx512.c: bodies for
@@ -10,6 +11,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "base/bits.h"
+#include "base/cpu.h"
 #include "kernels/avx2/kv_avx2_util.h"
 #include "kv/codec/packed.h"
 #include "kv/codec/packed_dispatch.h"
@@ -38,6 +41,18 @@ static void fill_expand_tab(void) {
     }
 }
 
+/* PDEP or its shift-and-mask equivalent (kvc_cpu_fast_pdep, set at
+ * registration): a predictable branch per call against a PDEP of hundreds of
+ * cycles on AMD Zen 1 and 2. */
+static int fast_pdep;
+
+ALWAYS_INLINE uint64_t spread2(uint32_t x) {
+    return fast_pdep ? _pdep_u64(x, 0x5555555555555555ull) : kvc_spread2_u32(x);
+}
+ALWAYS_INLINE uint64_t spread4(uint16_t x) {
+    return fast_pdep ? _pdep_u64(x, 0x1111111111111111ull) : kvc_spread4_u16(x);
+}
+
 /* The 8-channel mask of piece r: its 8 / g group bits, each spread over its g
  * channels. g is a compile-time constant after inlining (a run-time g cost
  * an integer division per piece). */
@@ -46,8 +61,8 @@ ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, const int g, int r) {
     const int pos = r * gpp;
     unsigned gb = (bits[pos >> 5] >> (pos & 31)) & ((1u << gpp) - 1);
     if (g == 1) return gb;
-    if (g == 2) return _pdep_u32(gb, 0x55u) * 3u;
-    return _pdep_u32(gb, 0x11u) * 15u;
+    if (g == 2) return (unsigned)spread2(gb) * 3u;
+    return (unsigned)spread4((uint16_t)gb) * 15u;
 }
 
 /* The 8 channels of a piece with channel mask m whose packed values start at p. */
@@ -71,8 +86,8 @@ ALWAYS_INLINE uint64_t pieces_mask(const uint32_t *bits, int nw, const int g, in
     const int pos = r0 * (8 / g), w0 = pos >> 5;
     uint64_t gb = bits[w0] >> (pos & 31), m;
     if (g == 1) m = w0 + 1 < nw ? gb | (uint64_t)bits[w0 + 1] << 32 : gb;
-    else if (g == 2) m = _pdep_u64(gb & 0xffffffffu, 0x5555555555555555ull) * 3u;
-    else m = _pdep_u64(gb & 0xffffu, 0x1111111111111111ull) * 15u;
+    else if (g == 2) m = spread2((uint32_t)gb) * 3u;
+    else m = spread4((uint16_t)gb) * 15u;
     return np - r0 >= 8 ? m : m & ((1ull << 8 * (np - r0)) - 1);
 }
 
@@ -154,6 +169,7 @@ KVC_PACKED_ENTRY_POINTS(qk_avx2, pv_avx2)
 
 void kvc_packed_register_avx2(kvc_packed_kernels *k) {
     fill_expand_tab();
+    fast_pdep = kvc_cpu_fast_pdep();
     k->qk = qk_avx2;
     k->pv = pv_avx2;
 }
