@@ -52,7 +52,7 @@ static inline uint64_t pack_u8(__m256i v) {
 static float query_tile(const float *q, const float *xq, const float *scn, const kvc_f16 *mins, int dim, int ok,
                         int8_t *hi, int8_t *lo) {
     __m256 ct = _mm256_setzero_ps();
-    const __m256i half = _mm256_set1_epi32(128), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    const __m256i half = _mm256_set1_epi16(128), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int c = 0; c < dim; c += 16) { /* dim is a multiple of 16 (iquant.h) */
         ct = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load_f16x8(mins + c), ct);
         ct = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), load_f16x8(mins + c + 8), ct);
@@ -60,16 +60,16 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
         if (ok) {
             __m256i v0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xq + c), _mm256_loadu_ps(scn + c)));
             __m256i v1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xq + c + 8), _mm256_loadu_ps(scn + c + 8)));
-            __m256i h0 = _mm256_srai_epi32(_mm256_add_epi32(v0, half), 8);
-            __m256i h1 = _mm256_srai_epi32(_mm256_add_epi32(v1, half), 8);
-            __m256i l0 = _mm256_sub_epi32(v0, _mm256_slli_epi32(h0, 8));
-            __m256i l1 = _mm256_sub_epi32(v1, _mm256_slli_epi32(h1, 8));
-            /* |h| <= 127, l in [-128, 127]: the packs do not saturate. Per
-             * 128-bit lane the dwords are h0 h1 l0 l1 (channels 0-3, then
-             * 4-7): `order` puts the 16 hi bytes, then the 16 lo bytes, in
-             * channel order. */
-            b = _mm256_packs_epi16(_mm256_packs_epi32(h0, h1), _mm256_packs_epi32(l0, l1));
-            b = _mm256_permutevar8x32_epi32(b, order);
+            /* |Q| <= 32512: the narrowing to i16 is exact, and Q + 128 does
+             * not overflow, so the split runs on 16 channels per operation.
+             * |h| <= 127, l in [-128, 127]: the byte packs do not saturate.
+             * Per 128-bit lane the dwords are then h(0-3) h(8-11) l(0-3)
+             * l(8-11), and h(4-7) h(12-15) l(4-7) l(12-15): `order` puts the
+             * 16 hi bytes, then the 16 lo bytes, in channel order. */
+            __m256i w = _mm256_packs_epi32(v0, v1);
+            __m256i h = _mm256_srai_epi16(_mm256_add_epi16(w, half), 8);
+            __m256i l = _mm256_sub_epi16(w, _mm256_slli_epi16(h, 8));
+            b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(h, l), order);
         }
         _mm_storeu_si128((__m128i *)(hi + c), _mm256_castsi256_si128(b));
         _mm_storeu_si128((__m128i *)(lo + c), _mm256_extracti128_si256(b, 1));
