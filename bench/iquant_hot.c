@@ -72,9 +72,11 @@ int main(int argc, char **argv) {
     uint32_t *vcodes = random_words((size_t)(npad / tpw) * dim);
     float *q = malloc(sizeof(float) * G * dim), *s = malloc(sizeof(float) * G * n);
     float *p = malloc(sizeof(float) * G * n), *o = calloc((size_t)G * dim, sizeof(float));
+    int rc = 0;
     if (!kscale || !kmin || !kcodes || !tiles || !vscale || !vmin || !vcodes || !q || !s || !p || !o) {
         fprintf(stderr, "iquant_hot: out of memory\n");
-        return 1;
+        rc = 1;
+        goto done;
     }
     for (int i = 0; i < nt; i++) {
         const kvc_f16 *sc = kscale + (size_t)i * dim;
@@ -107,12 +109,14 @@ int main(int argc, char **argv) {
         double t = cpu_now() - t0;
         if (t > 0 && t < best_span) best_span = t;
     }
-    if (span) {
+    if (span)
         printf("isa %s bits %d G %d dim %d tokens %d: q.k + p.v in spans of %d: %.2f ns/token\n",
                kvc_isa_name(kvc_active_isa()), bits, G, dim, n, span, best_span * 1e9 / n);
-        return 0;
-    }
-    printf("isa %s bits %d G %d dim %d tokens %d: q.k %.2f ns/token, p.v %.2f ns/token\n",
-           kvc_isa_name(kvc_active_isa()), bits, G, dim, n, best_qk * 1e9 / n, best_pv * 1e9 / n);
-    return 0;
+    else
+        printf("isa %s bits %d G %d dim %d tokens %d: q.k %.2f ns/token, p.v %.2f ns/token\n",
+               kvc_isa_name(kvc_active_isa()), bits, G, dim, n, best_qk * 1e9 / n, best_pv * 1e9 / n);
+done:
+    free(kscale), free(kmin), free(kcodes), free(tiles), free(vscale), free(vmin), free(vcodes);
+    free(q), free(s), free(p), free(o);
+    return rc;
 }
