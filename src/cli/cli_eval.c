@@ -9,6 +9,7 @@
 #include "args.h"
 #include "cli.h"
 #include "kvcomp.h"
+#include "kvcomp/json.h"
 #include "kvcomp_eval.h"
 
 #define MAX_SPECS 32
@@ -451,19 +452,6 @@ static int parse_tasks(const char *list, kvc_ruler_task *tasks, int *n) {
     return 0;
 }
 
-/* The model's output on one line: newlines, tabs and other control bytes
- * as C escapes, so that each sample stays one line of the log (grep-able). */
-static void print_escaped(FILE *f, const char *s) {
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '\n') fputs("\\n", f);
-        else if (c == '\t') fputs("\\t", f);
-        else if (c == '\\') fputs("\\\\", f);
-        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\x%02x", c);
-        else fputc(c, f);
-    }
-}
-
 static void on_sample(void *user, kvc_ruler_task task, int index, const char *spec,
                       const kvc_ruler_sample *s, const char *output, double score) {
     (void)user;
@@ -473,8 +461,10 @@ static void on_sample(void *user, kvc_ruler_task task, int index, const char *sp
     fprintf(stderr, " | depth");
     for (int i = 0; i < s->n_needles; i++) fprintf(stderr, " %.2f", s->depth[i]);
     fprintf(stderr, " | output: ");
-    print_escaped(stderr, output);
-    fputc('\n', stderr);
+    kvc_json j; /* the output as a JSON string: newlines escaped, one line per sample */
+    kvc_json_init(&j, stderr, 0);
+    kvc_json_str(&j, output);
+    kvc_json_finish(&j);
 }
 
 static double method_mean(const kvc_eval_ruler_report *r, int k) {

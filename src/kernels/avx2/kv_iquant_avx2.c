@@ -116,14 +116,14 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
         }
         int a, e;
         lanes8(first, j0, j1, &a, &e);
+        /* a masked store is microcoded on AMD Zen (perf put a fifth of this
+         * kernel's samples behind it): only the ragged ends take it */
         const int whole = a == 0 && e == 8;
-        __m256i m = lane_mask(a, e);
+        const __m256i m = whole ? _mm256_setzero_si256() : lane_mask(a, e);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
             __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_set1_ps(alpha[h]),
                                        _mm256_set1_ps(cterm[h]));
-            /* a masked store is microcoded on AMD Zen (perf put a fifth of
-             * this kernel's samples behind it): only the ragged ends take it */
             if (whole) _mm256_storeu_ps(s + (size_t)h * lds + first - j0, f);
             else _mm256_maskstore_ps(s + (size_t)h * lds + first - j0, m, f);
         }
