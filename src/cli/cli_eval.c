@@ -9,7 +9,6 @@
 #include "args.h"
 #include "cli.h"
 #include "kvcomp.h"
-#include "kvcomp/json.h"
 #include "kvcomp_eval.h"
 
 #define MAX_SPECS 32
