@@ -5,12 +5,15 @@
  * K/V dump tiled to the length), then decode attention of a fixed query is
  * timed per layer, cycling over the L layers so that each step reads a cache
  * that is not in the CPU's caches — as in a real decode step, where 30 layers
- * each read their own cache. Reported: median and best time per layer step,
- * the bytes the method's chunks hold per layer (payload, metadata, selection
- * index: what a step reads), effective GB/s (bytes / median time),
- * the fraction of the measured read bandwidth, the time ratio to the
- * first method, and the mean time split into unit scoring, top-k selection
- * and attention (MosaicKV Fig. 8). */
+ * each read their own cache. The methods of one context are timed in rounds
+ * (one sweep over the layers each, the order reversed every other round), so
+ * that a shared machine's slow phases fall on all of them alike. Reported:
+ * median and best time per layer step, the bytes the method's chunks hold
+ * per layer (payload, metadata, selection index: what a step reads),
+ * effective GB/s (bytes / median time), the fraction of the measured read
+ * bandwidth, the time ratio to the first method (of the medians, and paired
+ * per round), and the mean time split into unit scoring, top-k selection and
+ * attention (MosaicKV Fig. 8). */
 #ifndef KVCOMP_BENCH_ATTN_H
 #define KVCOMP_BENCH_ATTN_H
 
@@ -44,6 +47,13 @@ typedef struct kvc_bench_attn_row {
     double gbps;             /* held_bytes / median_s / 1e9 */
     double frac_bw;          /* gbps / bw_gbps, or NAN */
     double ratio;            /* median_s / median_s of the first method at this ctx */
+    /* The methods of a ctx are timed in rounds, one sweep over the layers
+     * each per round: per round this method's sweep time over the first
+     * method's, its median and quartiles over the rounds (NAN if the first
+     * method failed). Slow phases of a shared machine fall on both sides of
+     * each ratio, so these move less between runs than ratio does. */
+    int sweeps;
+    double paired_ratio, paired_p25, paired_p75;
     double fill_s;           /* time to fill the cache */
     /* Mean per timed layer step: scoring the selectable units, choosing the
      * top ones (thread time summed over the threads, 0 without selection),

@@ -157,10 +157,14 @@ static const char k_attn_usage[] =
     "the same run (put the baseline first: ratios are against it). K/V are synthetic, or\n"
     "one layer of a `kvcomp dump-kv` file repeated to the length. The cache is filled through\n"
     "the method's append path; each timed step reads one of --layers caches in turn, so that\n"
-    "steps read memory, not the CPU cache. Reports time per step (median, best), the bytes\n"
-    "the method holds per layer, effective GB/s, the fraction of the read bandwidth measured\n"
-    "by `bench bw` at the start and end of the run (the larger), the time ratio to the first method,\n"
-    "and the mean time per step: unit scoring and top-k selection (thread time summed over the\n"
+    "steps read memory, not the CPU cache. The methods of a context take turns, one sweep\n"
+    "over the layers each per round, so that a busy machine's slow phases fall on all of them\n"
+    "(all the methods' caches of one context are in memory together).\n"
+    "Reports time per step (median, best), the bytes the method holds per layer, effective\n"
+    "GB/s, the fraction of the read bandwidth measured by `bench bw` at the start and end of\n"
+    "the run (the larger), the time ratio to the first method (x first: of the medians;\n"
+    "paired: the median over the rounds of the round's ratio, with its quartiles), and the\n"
+    "mean time per step: unit scoring and top-k selection (thread time summed over the\n"
     "threads), the selection's wall time and the rest of the attention's wall time.\n\n"
     "options:\n"
     "      --ctx LIST     token counts, k/M suffixes (default 4k,16k,64k,256k,1M)\n"
@@ -303,6 +307,10 @@ static int bench_attn(int argc, char **argv) {
             kvc_json_kv_num(&j, "gbps", r->gbps);
             kvc_json_kv_num(&j, "frac_bw", r->frac_bw);
             kvc_json_kv_num(&j, "ratio_vs_first", r->ratio);
+            kvc_json_kv_int(&j, "rounds", r->sweeps);
+            kvc_json_kv_num(&j, "paired_ratio", r->paired_ratio);
+            kvc_json_kv_num(&j, "paired_ratio_p25", r->paired_p25);
+            kvc_json_kv_num(&j, "paired_ratio_p75", r->paired_p75);
             kvc_json_kv_num(&j, "fill_s", r->fill_s);
             kvc_json_kv_num(&j, "score_us", r->score_s * 1e6);
             kvc_json_kv_num(&j, "topk_us", r->topk_s * 1e6);
@@ -327,19 +335,21 @@ static int bench_attn(int argc, char **argv) {
             printf("read bandwidth (bench bw, this run): %.2f GB/s before, %.2f GB/s after; "
                    "%%bw is against %.2f%s\n",
                    bw.best_gbps, bw_end.best_gbps, bw_ref, cpu_clock ? " (process CPU clock)" : "");
-        printf("\n%9s  %-22s %6s %6s %11s %11s %10s %7s %6s %8s %9s %9s %9s %9s\n", "ctx", "method",
-               "layers", "steps", "median us", "best us", "MiB/layer", "GB/s", "%bw", "x first",
-               "score us", "topk us", "select us", "rest us");
+        printf("\n%9s  %-22s %6s %6s %11s %11s %10s %7s %6s %8s %17s %9s %9s %9s %9s\n", "ctx",
+               "method", "layers", "steps", "median us", "best us", "MiB/layer", "GB/s", "%bw",
+               "x first", "paired (p25-p75)", "score us", "topk us", "select us", "rest us");
         for (int i = 0; i < n_ctxs * n_specs; i++) {
             const kvc_bench_attn_row *r = &rows[i];
             if (r->status != KVC_OK) {
                 printf("%9d  %-22s failed: %s\n", r->ctx, r->spec, r->error);
                 continue;
             }
-            printf("%9d  %-22s %6d %6d %11.1f %11.1f %10.2f %7.2f %6.1f %8.3f %9.1f %9.1f %9.1f %9.1f\n",
+            printf("%9d  %-22s %6d %6d %11.1f %11.1f %10.2f %7.2f %6.1f %8.3f %5.3f (%.2f-%.2f) %9.1f "
+                   "%9.1f %9.1f %9.1f\n",
                    r->ctx, r->spec, r->n_layers, r->reps, r->median_s * 1e6, r->best_s * 1e6,
                    r->held_bytes / (1024.0 * 1024.0), r->gbps,
-                   isnan(r->frac_bw) ? NAN : 100 * r->frac_bw, r->ratio, r->score_s * 1e6,
+                   isnan(r->frac_bw) ? NAN : 100 * r->frac_bw, r->ratio, r->paired_ratio,
+                   r->paired_p25, r->paired_p75, r->score_s * 1e6,
                    r->topk_s * 1e6, r->select_wall_s * 1e6, r->attn_s * 1e6);
         }
     }

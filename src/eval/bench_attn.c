@@ -78,68 +78,157 @@ static int auto_layers(const kvc_bench_attn_params *p, int ctx) {
     return l < 1 ? 1 : l > 32 ? 32 : l;
 }
 
-static void run_one(const kvc_bench_attn_params *p, const char *spec, int ctx, const dump_kv *d,
-                    kvc_pool *pool, kvc_bench_attn_row *row) {
-    int L = auto_layers(p, ctx);
+/* One method at one context: its cache, queries and timed steps. The methods
+ * of a context are timed in rounds, one sweep over the L layers each per
+ * round, so that a slow minute of a shared machine falls on all of them
+ * alike instead of on whichever method was running then. */
+typedef struct bench_case {
+    kvc_bench_attn_row *row;
+    kvc_cache *c;
+    float *q;
+    double *t;     /* step times, [cap] */
+    double *sweep; /* per round: the sum of the sweep's L step times, [cap / L] */
+    int n, n_sweeps, L;
+    kvc_attend_times before;
+    kvc_status st;
+} bench_case;
+
+enum { STEP_CAP = 100000 };
+
+static void case_open(const kvc_bench_attn_params *p, const dump_kv *d, kvc_pool *pool,
+                      kvc_bench_attn_row *row, bench_case *bc) {
+    int L = auto_layers(p, row->ctx);
+    *bc = (bench_case){.row = row, .L = L};
     row->n_layers = L;
-    kvc_cache_shape shape = {L, p->n_heads, p->n_kv_heads, p->head_dim, ctx + 1};
-    kvc_cache *c = NULL;
-    float *q = malloc(sizeof(float) * (size_t)L * p->n_heads * p->head_dim);
-    float *out = malloc(sizeof(float) * (size_t)p->n_heads * p->head_dim);
-    int min_reps = p->min_reps > 0 ? p->min_reps : 5;
-    double min_s = p->min_seconds > 0 ? p->min_seconds : 0.5;
-    int cap = 100000;
-    double *t = malloc(sizeof(double) * (size_t)cap);
+    kvc_cache_shape shape = {L, p->n_heads, p->n_kv_heads, p->head_dim, row->ctx + 1};
+    bc->q = malloc(sizeof(float) * (size_t)L * p->n_heads * p->head_dim);
+    bc->t = malloc(sizeof(double) * STEP_CAP);
+    bc->sweep = malloc(sizeof(double) * (size_t)(STEP_CAP / L + 1));
     kvc_clear_error();
-    kvc_status st = q && out && t ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "bench attn: buffers");
-    if (st == KVC_OK) st = kvc_cache_create(&shape, spec, pool, &c);
+    kvc_status st = bc->q && bc->t && bc->sweep ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "bench attn: buffers");
+    if (st == KVC_OK) st = kvc_cache_create(&shape, row->spec, pool, &bc->c);
     double t0 = kvc_now_s();
     for (int l = 0; st == KVC_OK && l < L; l++)
-        st = fill_layer(c, l, ctx, d, p->seed + (uint64_t)l);
+        st = fill_layer(bc->c, l, row->ctx, d, p->seed + (uint64_t)l);
     row->fill_s = kvc_now_s() - t0;
-    if (st == KVC_OK) st = make_queries(p, d, L, q);
-    if (st == KVC_OK) {
-        size_t qs = (size_t)p->n_heads * p->head_dim;
-        for (int l = 0; st == KVC_OK && l < L; l++) st = kvc_cache_attend(c, l, q + l * qs, out);
-        int n = 0;
-        kvc_attend_times t_before, t_after;
-        kvc_cache_attend_times(c, &t_before);
-        double start = kvc_now_s();
-        while (st == KVC_OK && n < cap && (n < min_reps * L || kvc_now_s() - start < min_s)) {
-            for (int l = 0; st == KVC_OK && l < L && n < cap; l++) {
-                double a = p->cpu_clock ? kvc_cpu_s() : kvc_now_s();
-                st = kvc_cache_attend(c, l, q + l * qs, out);
-                t[n++] = (p->cpu_clock ? kvc_cpu_s() : kvc_now_s()) - a;
-            }
-        }
-        kvc_cache_attend_times(c, &t_after);
-        if (st == KVC_OK) {
-            row->score_s = (t_after.score_s - t_before.score_s) / n;
-            row->topk_s = (t_after.topk_s - t_before.topk_s) / n;
-            row->select_wall_s = (t_after.select_wall_s - t_before.select_wall_s) / n;
-            uint64_t tu = t_after.topk_units - t_before.topk_units, tc = t_after.topk_calls - t_before.topk_calls;
-            row->topk_cand_frac = tu ? (double)(t_after.topk_candidates - t_before.topk_candidates) / tu : NAN;
-            row->topk_cont_frac = tc ? (double)(t_after.topk_continued - t_before.topk_continued) / tc : NAN;
-            row->attn_s = (t_after.attn_s - t_before.attn_s) / n;
-            qsort(t, (size_t)n, sizeof(double), cmp_d);
-            row->reps = n;
-            row->best_s = t[0];
-            row->median_s = t[n / 2];
-            kvc_cache_stats_get(c, &row->stats);
-            /* bytes read per step: the bytes in use (encoded chunks and the live
-             * tokens of the hot window; kvmix's recent-context window holds 10-20%
-             * of the tokens; spare capacity is not read) of one layer */
-            row->held_bytes = (double)row->stats.in_use_bytes / L;
-            row->gbps = row->held_bytes / row->median_s / 1e9;
-            row->frac_bw = p->bw_gbps > 0 ? row->gbps / p->bw_gbps : NAN;
-        }
-    }
-    row->status = st;
-    if (st != KVC_OK) snprintf(row->error, sizeof row->error, "%s", kvc_last_error());
-    kvc_cache_free(c);
-    free(q);
+    if (st == KVC_OK) st = make_queries(p, d, L, bc->q);
+    size_t qs = (size_t)p->n_heads * p->head_dim;
+    float *out = malloc(sizeof(float) * qs);
+    if (st == KVC_OK && !out) st = kvc_fail(KVC_ERR_NOMEM, "bench attn: output");
+    for (int l = 0; st == KVC_OK && l < L; l++) st = kvc_cache_attend(bc->c, l, bc->q + l * qs, out); /* warm-up */
     free(out);
-    free(t);
+    if (st == KVC_OK) kvc_cache_attend_times(bc->c, &bc->before);
+    bc->st = st;
+    if (st != KVC_OK) snprintf(row->error, sizeof row->error, "%s", kvc_last_error());
+}
+
+/* One timed step per layer; the sweep's time goes to the round's slot. */
+static void case_sweep(const kvc_bench_attn_params *p, bench_case *bc, float *out) {
+    size_t qs = (size_t)p->n_heads * p->head_dim;
+    double sum = 0.0;
+    kvc_clear_error();
+    for (int l = 0; bc->st == KVC_OK && l < bc->L; l++) {
+        double a = p->cpu_clock ? kvc_cpu_s() : kvc_now_s();
+        bc->st = kvc_cache_attend(bc->c, l, bc->q + l * qs, out);
+        double dt = (p->cpu_clock ? kvc_cpu_s() : kvc_now_s()) - a;
+        bc->t[bc->n++] = dt;
+        sum += dt;
+    }
+    if (bc->st == KVC_OK) bc->sweep[bc->n_sweeps++] = sum;
+    else snprintf(bc->row->error, sizeof bc->row->error, "%s", kvc_last_error());
+}
+
+/* Quantile of sorted x[n] (nearest rank). */
+static double quantile(const double *x, int n, double f) {
+    int i = (int)(f * (n - 1) + 0.5);
+    return x[i < 0 ? 0 : i >= n ? n - 1 : i];
+}
+
+/* The row's figures from the timed steps; frees the case. */
+static void case_close(const kvc_bench_attn_params *p, bench_case *bc, const bench_case *first) {
+    kvc_bench_attn_row *row = bc->row;
+    int n = bc->n;
+    if (bc->st == KVC_OK && n > 0) {
+        kvc_attend_times after;
+        kvc_cache_attend_times(bc->c, &after);
+        const kvc_attend_times *b = &bc->before;
+        row->score_s = (after.score_s - b->score_s) / n;
+        row->topk_s = (after.topk_s - b->topk_s) / n;
+        row->select_wall_s = (after.select_wall_s - b->select_wall_s) / n;
+        uint64_t tu = after.topk_units - b->topk_units, tc = after.topk_calls - b->topk_calls;
+        row->topk_cand_frac = tu ? (double)(after.topk_candidates - b->topk_candidates) / tu : NAN;
+        row->topk_cont_frac = tc ? (double)(after.topk_continued - b->topk_continued) / tc : NAN;
+        row->attn_s = (after.attn_s - b->attn_s) / n;
+        qsort(bc->t, (size_t)n, sizeof(double), cmp_d);
+        row->reps = n;
+        row->best_s = bc->t[0];
+        row->median_s = bc->t[n / 2];
+        kvc_cache_stats_get(bc->c, &row->stats);
+        /* bytes read per step: the bytes in use (encoded chunks and the live
+         * tokens of the hot window; kvmix's recent-context window holds 10-20%
+         * of the tokens; spare capacity is not read) of one layer */
+        row->held_bytes = (double)row->stats.in_use_bytes / bc->L;
+        row->gbps = row->held_bytes / row->median_s / 1e9;
+        row->frac_bw = p->bw_gbps > 0 ? row->gbps / p->bw_gbps : NAN;
+        row->sweeps = bc->n_sweeps;
+        row->paired_ratio = row->paired_p25 = row->paired_p75 = NAN;
+        if (first->st == KVC_OK && first->n_sweeps == bc->n_sweeps) {
+            /* the first case's sweeps are still in round order: it closes last */
+            for (int r = 0; r < bc->n_sweeps; r++) bc->sweep[r] /= first->sweep[r];
+            qsort(bc->sweep, (size_t)bc->n_sweeps, sizeof(double), cmp_d);
+            row->paired_ratio = quantile(bc->sweep, bc->n_sweeps, 0.5);
+            row->paired_p25 = quantile(bc->sweep, bc->n_sweeps, 0.25);
+            row->paired_p75 = quantile(bc->sweep, bc->n_sweeps, 0.75);
+        }
+    } else if (bc->st == KVC_OK) {
+        bc->st = kvc_fail(KVC_ERR_ARG, "bench attn: no timed steps");
+        snprintf(row->error, sizeof row->error, "%s", kvc_last_error());
+    }
+    row->status = bc->st;
+    kvc_cache_free(bc->c);
+    free(bc->q);
+    free(bc->t);
+    free(bc->sweep);
+}
+
+/* Every method at one context: open all, time them in rounds (the order
+ * reversed every other round), close all. */
+static void run_ctx(const kvc_bench_attn_params *p, int n_specs, const dump_kv *d, kvc_pool *pool,
+                    kvc_bench_attn_row *rows, bench_case *cases) {
+    int open = 0;
+    for (int k = 0; k < n_specs; k++) {
+        case_open(p, d, pool, &rows[k], &cases[k]);
+        open += cases[k].st == KVC_OK;
+    }
+    int L = cases[0].L, min_steps = (p->min_reps > 0 ? p->min_reps : 5) * L;
+    double min_s = (p->min_seconds > 0 ? p->min_seconds : 0.5) * (open > 0 ? open : 1);
+    float *out = malloc(sizeof(float) * (size_t)p->n_heads * p->head_dim);
+    double start = kvc_now_s();
+    for (int round = 0; out && open > 0; round++) {
+        int below = 0, full = 0;
+        for (int i = 0; i < n_specs; i++) {
+            bench_case *bc = &cases[round % 2 ? n_specs - 1 - i : i];
+            if (bc->st != KVC_OK) continue;
+            case_sweep(p, bc, out);
+            below |= bc->n < min_steps;
+            full |= bc->n + L > STEP_CAP;
+        }
+        if (full || (!below && kvc_now_s() - start >= min_s)) break;
+    }
+    if (!out) {
+        kvc_status e = kvc_fail(KVC_ERR_NOMEM, "bench attn: output of %d floats", p->n_heads * p->head_dim);
+        for (int k = 0; k < n_specs; k++)
+            if (cases[k].st == KVC_OK) {
+                cases[k].st = e;
+                snprintf(rows[k].error, sizeof rows[k].error, "%s", kvc_last_error());
+            }
+    }
+    free(out);
+    for (int k = n_specs - 1; k >= 0; k--) case_close(p, &cases[k], &cases[0]);
+    for (int k = 0; k < n_specs; k++)
+        rows[k].ratio = rows[0].status == KVC_OK && rows[k].status == KVC_OK
+                            ? rows[k].median_s / rows[0].median_s
+                            : NAN;
 }
 
 kvc_status kvc_bench_attn_run(const kvc_bench_attn_params *pin, char *const *specs, int n_specs,
@@ -172,23 +261,22 @@ kvc_status kvc_bench_attn_run(const kvc_bench_attn_params *pin, char *const *spe
      * instead of leaving OpenBLAS threads spinning beside the timed steps */
     kvc_blas_set_threads(1);
     if (st == KVC_OK) st = kvc_pool_create(p.n_threads, &pool);
+    bench_case *cases = st == KVC_OK ? calloc((size_t)n_specs, sizeof *cases) : NULL;
+    if (st == KVC_OK && !cases) st = kvc_fail(KVC_ERR_NOMEM, "bench attn: %d methods", n_specs);
     kvc_progress prog;
-    kvc_progress_begin(&prog, "bench attn", (int64_t)p.n_ctxs * n_specs);
+    kvc_progress_begin(&prog, "bench attn", p.n_ctxs);
     for (int i = 0; st == KVC_OK && i < p.n_ctxs; i++) {
+        kvc_bench_attn_row *row = &rows[i * n_specs];
         for (int k = 0; k < n_specs; k++) {
-            kvc_bench_attn_row *row = &rows[i * n_specs + k];
-            memset(row, 0, sizeof *row);
-            row->ctx = p.ctxs[i];
-            row->spec = specs[k];
-            run_one(&p, specs[k], p.ctxs[i], dp, pool, row);
-            const kvc_bench_attn_row *first = &rows[i * n_specs];
-            row->ratio = first->status == KVC_OK && row->status == KVC_OK
-                             ? row->median_s / first->median_s
-                             : NAN;
-            kvc_progress_update(&prog, (int64_t)i * n_specs + k + 1);
+            memset(&row[k], 0, sizeof row[k]);
+            row[k].ctx = p.ctxs[i];
+            row[k].spec = specs[k];
         }
+        run_ctx(&p, n_specs, dp, pool, row, cases);
+        kvc_progress_update(&prog, i + 1);
     }
     kvc_progress_end(&prog);
+    free(cases);
     kvc_pool_free(pool);
     free(d.k);
     free(d.v);

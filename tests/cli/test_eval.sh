@@ -242,6 +242,11 @@ for r in rows:
 for i in (0, 2):
     assert rows[i]["ratio_vs_first"] == 1
     assert abs(rows[i + 1]["bytes_per_layer"] / rows[i]["bytes_per_layer"] - 2) < 0.01
+    # the methods of a context take turns: the same rounds, one sweep over the layers each
+    assert rows[i]["rounds"] == rows[i + 1]["rounds"] >= 1
+    assert rows[i]["paired_ratio"] == rows[i]["paired_ratio_p25"] == rows[i]["paired_ratio_p75"] == 1
+    r = rows[i + 1]
+    assert r["steps"] == r["rounds"] * r["layers"] and 0 < r["paired_ratio_p25"] <= r["paired_ratio"] <= r["paired_ratio_p75"]
 assert d["n_heads"] == 9 and d["n_kv_heads"] == 3 and d["head_dim"] == 64 and d["bw_gbps"] is None
 '
 run decode "$KVCOMP" bench decode -m "$MODEL" --text "$TEXT" --ctx 64 -n 4 --kv full:f16 --json
