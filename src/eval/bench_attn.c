@@ -205,15 +205,16 @@ static void run_ctx(const kvc_bench_attn_params *p, int n_specs, const dump_kv *
     float *out = malloc(sizeof(float) * (size_t)p->n_heads * p->head_dim);
     double start = kvc_now_s();
     for (int round = 0; out && open > 0; round++) {
-        int below = 0, full = 0;
+        int below = 0, full = 0, ran = 0;
         for (int i = 0; i < n_specs; i++) {
             bench_case *bc = &cases[round % 2 ? n_specs - 1 - i : i];
             if (bc->st != KVC_OK) continue;
             case_sweep(p, bc, out);
+            ran++;
             below |= bc->n < min_steps;
             full |= bc->n + L > STEP_CAP;
         }
-        if (full || (!below && kvc_now_s() - start >= min_s)) break;
+        if (!ran || full || (!below && kvc_now_s() - start >= min_s)) break;
     }
     if (!out) {
         kvc_status e = kvc_fail(KVC_ERR_NOMEM, "bench attn: output of %d floats", p->n_heads * p->head_dim);
