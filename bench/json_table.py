@@ -61,15 +61,17 @@ def attn_table(d, only):
     """With --no-bw there is no bandwidth: the %bw column shows "-"."""
     bw = d.get("bw_gbps")
     head = "%%bw (of %.1f GB/s)" % bw if bw else "%bw"
-    print("| ctx | method | MiB/layer | median µs | best µs | GB/s | %s | × first |" % head)
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    print("| ctx | method | MiB/layer | median µs | best µs | GB/s | %s | × first | paired (p25-p75) |" % head)
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in d["rows"]:
         if only and r["spec"] not in only:
             continue
         frac = "%.1f" % (100 * r["frac_bw"]) if r.get("frac_bw") is not None else "-"
-        print("| %d | %s | %.1f | %.0f | %.0f | %.1f | %s | %.3f |" % (
+        paired = ("%.3f (%.2f-%.2f)" % (r["paired_ratio"], r["paired_ratio_p25"], r["paired_ratio_p75"])
+                  if r.get("paired_ratio") is not None else "-")
+        print("| %d | %s | %.1f | %.0f | %.0f | %.1f | %s | %.3f | %s |" % (
             r["ctx"], r["spec"], r["bytes_per_layer"] / 2**20, r["median_us"], r["best_us"],
-            r["gbps"], frac, r["ratio_vs_first"]))
+            r["gbps"], frac, r["ratio_vs_first"], paired))
 
 
 def main():
