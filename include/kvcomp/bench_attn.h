@@ -52,7 +52,7 @@ typedef struct kvc_bench_attn_row {
      * method's, its median and quartiles over the rounds (NAN if the first
      * method failed). Slow phases of a shared machine fall on both sides of
      * each ratio, so these move less between runs than ratio does. */
-    int sweeps;
+    int rounds;
     double paired_ratio, paired_p25, paired_p75;
     double fill_s;           /* time to fill the cache */
     /* Mean per timed layer step: scoring the selectable units, choosing the

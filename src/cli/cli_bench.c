@@ -307,7 +307,7 @@ static int bench_attn(int argc, char **argv) {
             kvc_json_kv_num(&j, "gbps", r->gbps);
             kvc_json_kv_num(&j, "frac_bw", r->frac_bw);
             kvc_json_kv_num(&j, "ratio_vs_first", r->ratio);
-            kvc_json_kv_int(&j, "rounds", r->sweeps);
+            kvc_json_kv_int(&j, "rounds", r->rounds);
             kvc_json_kv_num(&j, "paired_ratio", r->paired_ratio);
             kvc_json_kv_num(&j, "paired_ratio_p25", r->paired_p25);
             kvc_json_kv_num(&j, "paired_ratio_p75", r->paired_p75);

@@ -78,6 +78,8 @@ static int auto_layers(const kvc_bench_attn_params *p, int ctx) {
     return l < 1 ? 1 : l > 32 ? 32 : l;
 }
 
+enum { STEP_CAP = 100000 }; /* timed steps per method and context, at most */
+
 /* One method at one context: its cache, queries and timed steps. The methods
  * of a context are timed in rounds, one sweep over the L layers each per
  * round, so that a slow minute of a shared machine falls on all of them
@@ -86,14 +88,12 @@ typedef struct bench_case {
     kvc_bench_attn_row *row;
     kvc_cache *c;
     float *q;
-    double *t;     /* step times, [cap] */
-    double *sweep; /* per round: the sum of the sweep's L step times, [cap / L] */
+    double *t;     /* step times, [STEP_CAP] */
+    double *sweep; /* per round: the sum of the sweep's L step times, [STEP_CAP / L + 1] */
     int n, n_sweeps, L;
     kvc_attend_times before;
     kvc_status st;
 } bench_case;
-
-enum { STEP_CAP = 100000 };
 
 static void case_open(const kvc_bench_attn_params *p, const dump_kv *d, kvc_pool *pool,
                       kvc_bench_attn_row *row, bench_case *bc) {
@@ -170,7 +170,7 @@ static void case_close(const kvc_bench_attn_params *p, bench_case *bc, const ben
         row->held_bytes = (double)row->stats.in_use_bytes / bc->L;
         row->gbps = row->held_bytes / row->median_s / 1e9;
         row->frac_bw = p->bw_gbps > 0 ? row->gbps / p->bw_gbps : NAN;
-        row->sweeps = bc->n_sweeps;
+        row->rounds = bc->n_sweeps;
         row->paired_ratio = row->paired_p25 = row->paired_p75 = NAN;
         if (first->st == KVC_OK && first->n_sweeps == bc->n_sweeps) {
             /* the first case's sweeps are still in round order: it closes last */
