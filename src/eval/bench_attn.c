@@ -96,7 +96,7 @@ typedef struct bench_case {
 } bench_case;
 
 static void case_open(const kvc_bench_attn_params *p, const dump_kv *d, kvc_pool *pool,
-                      kvc_bench_attn_row *row, bench_case *bc) {
+                      kvc_bench_attn_row *row, bench_case *bc, float *out) {
     int L = auto_layers(p, row->ctx);
     *bc = (bench_case){.row = row, .L = L};
     row->n_layers = L;
@@ -113,10 +113,7 @@ static void case_open(const kvc_bench_attn_params *p, const dump_kv *d, kvc_pool
     row->fill_s = kvc_now_s() - t0;
     if (st == KVC_OK) st = make_queries(p, d, L, bc->q);
     size_t qs = (size_t)p->n_heads * p->head_dim;
-    float *out = malloc(sizeof(float) * qs);
-    if (st == KVC_OK && !out) st = kvc_fail(KVC_ERR_NOMEM, "bench attn: output");
     for (int l = 0; st == KVC_OK && l < L; l++) st = kvc_cache_attend(bc->c, l, bc->q + l * qs, out); /* warm-up */
-    free(out);
     if (st == KVC_OK) kvc_cache_attend_times(bc->c, &bc->before);
     bc->st = st;
     if (st != KVC_OK) snprintf(row->error, sizeof row->error, "%s", kvc_last_error());
@@ -195,16 +192,25 @@ static void case_close(const kvc_bench_attn_params *p, bench_case *bc, const ben
  * reversed every other round), close all. */
 static void run_ctx(const kvc_bench_attn_params *p, int n_specs, const dump_kv *d, kvc_pool *pool,
                     kvc_bench_attn_row *rows, bench_case *cases) {
+    float *out = malloc(sizeof(float) * (size_t)p->n_heads * p->head_dim);
+    if (!out) {
+        kvc_fail(KVC_ERR_NOMEM, "bench attn: output of %d floats", p->n_heads * p->head_dim);
+        for (int k = 0; k < n_specs; k++) {
+            rows[k].status = KVC_ERR_NOMEM;
+            rows[k].ratio = NAN;
+            snprintf(rows[k].error, sizeof rows[k].error, "%s", kvc_last_error());
+        }
+        return;
+    }
     int open = 0;
     for (int k = 0; k < n_specs; k++) {
-        case_open(p, d, pool, &rows[k], &cases[k]);
+        case_open(p, d, pool, &rows[k], &cases[k], out);
         open += cases[k].st == KVC_OK;
     }
     int L = cases[0].L, min_steps = (p->min_reps > 0 ? p->min_reps : 5) * L;
     double min_s = (p->min_seconds > 0 ? p->min_seconds : 0.5) * (open > 0 ? open : 1);
-    float *out = malloc(sizeof(float) * (size_t)p->n_heads * p->head_dim);
     double start = kvc_now_s();
-    for (int round = 0; out && open > 0; round++) {
+    for (int round = 0; open > 0; round++) {
         int below = 0, full = 0, ran = 0;
         for (int i = 0; i < n_specs; i++) {
             bench_case *bc = &cases[round % 2 ? n_specs - 1 - i : i];
@@ -215,14 +221,6 @@ static void run_ctx(const kvc_bench_attn_params *p, int n_specs, const dump_kv *
             full |= bc->n + L > STEP_CAP;
         }
         if (!ran || full || (!below && kvc_now_s() - start >= min_s)) break;
-    }
-    if (!out) {
-        kvc_status e = kvc_fail(KVC_ERR_NOMEM, "bench attn: output of %d floats", p->n_heads * p->head_dim);
-        for (int k = 0; k < n_specs; k++)
-            if (cases[k].st == KVC_OK) {
-                cases[k].st = e;
-                snprintf(rows[k].error, sizeof rows[k].error, "%s", kvc_last_error());
-            }
     }
     free(out);
     for (int k = n_specs - 1; k >= 0; k--) case_close(p, &cases[k], &cases[0]);
