@@ -17,6 +17,7 @@
 #include "kv/codec/packed.h"
 #include "kv/codec/prune.h"
 #include "kv/codec/quant_pack.h"
+#include "kv/select/dot_block.h"
 #include "kv/select/minmax_block.h"
 #include "kv/softmax.h"
 #include "kv/xform/rowmat.h"
@@ -51,6 +52,7 @@ static void init_all(void) {
         kvc_dense_register_avx2(&kvc_dense_k);
         kvc_softmax_register_avx2(&kvc_softmax_k);
         kvc_minmax_register_avx2(&kvc_minmax_k);
+        kvc_db_register_avx2(&kvc_db_score);
         kvc_rowmat_register_avx2(&kvc_rowmat);
         kvc_quant_register_avx2(&kvc_quant_wsum_k);
         kvc_iq_register_avx2(&kvc_iq_k);
@@ -59,7 +61,7 @@ static void init_all(void) {
         kvc_bitmap_register_avx2(&kvc_bitmap_k);
         kvc_prune_register_avx2(&kvc_prune_topk_k);
     }
-    if (isa >= KVC_ISA_AVX512) { /* over AVX2: what a file does not implement stays (PackKV's packs of 8) */
+    if (isa >= KVC_ISA_AVX512) { /* over AVX2: what a file does not implement stays (PackKV's packs of 8, the block keys' scoring) */
         kvc_dense_register_avx512(&kvc_dense_k);
         kvc_softmax_register_avx512(&kvc_softmax_k);
         kvc_minmax_register_avx512(&kvc_minmax_k);

@@ -1,19 +1,33 @@
-/* The "blocks" selector (blocks.h): block means of the stored keys, packed,
- * scored with the packed q·k kernel, best head per block. */
+/* The "blocks" selector (blocks.h): block means of the stored keys,
+ * sparsified per vector like the keys, kept channel-major (dot_block.h) and
+ * scored by the block-key kernel, best head per block. */
 #include "kv/select/blocks.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/status.h"
-
-enum { SCORE_TILE = 256 };
+#include "kv/blob_arena.h"
+#include "kv/select/dot_block.h"
 
 typedef struct blocks_index {
-    int n, B, nb;
-    kvc_codec codec; /* packed_f16 of the block keys (cfg used at encode only) */
-    void *keys;
+    int n, B, nb, dim;
+    kvc_f16 *keys; /* kvc_db_elems(nb, dim): the sparsified means, zeros where dropped */
 } blocks_index;
+
+/* The mean of keys [t0, t1) of kt, its per-vector top groups kept (the
+ * packed codec's choice) and the rest zero: what its packed form decodes to. */
+static void sparse_mean(const float *kt, int t0, int t1, int ld, int dim, const kvc_packed_cfg *cfg, float *m) {
+    memset(m, 0, (size_t)dim * sizeof *m);
+    for (int t = t0; t < t1; t++)
+        for (int c = 0; c < dim; c++) m[c] += kt[(size_t)t * ld + c];
+    for (int c = 0; c < dim; c++) m[c] /= (float)(t1 - t0);
+    uint32_t bits[KVC_PACKED_MAX_D / 32];
+    kvc_f16 vals[KVC_PACKED_MAX_D];
+    kvc_packed_select(m, dim, cfg->group, cfg->keep, bits);
+    kvc_packed_pack(m, bits, dim, cfg->group, vals);
+    kvc_packed_unpack(bits, vals, dim, cfg->group, m);
+}
 
 kvc_status kvc_blocks_create(const float *kt, int n, int ld, int dim, int B,
                              const kvc_packed_cfg *cfg, kvc_select_index *out) {
@@ -21,33 +35,22 @@ kvc_status kvc_blocks_create(const float *kt, int n, int ld, int dim, int B,
     KVC_CHECK(B >= 1 && B <= 64, KVC_ERR_ARG, "blocks selector: block %d outside [1, 64]", B);
     KVC_CHECK(n >= 1, KVC_ERR_ARG, "blocks selector: %d tokens", n);
     KVC_TRY(kvc_packed_cfg_check(cfg, dim));
-    blocks_index *ix = calloc(1, sizeof *ix);
     int nb = (n + B - 1) / B;
-    float *mean = malloc((size_t)nb * dim * sizeof *mean);
-    if (!ix || !mean) {
+    size_t ne = kvc_db_elems(nb, dim);
+    blocks_index *ix = calloc(1, sizeof *ix);
+    kvc_f16 *keys = kvc_blob_calloc(ne * sizeof *keys); /* lanes past nb stay zero */
+    if (!ix || !keys) {
         free(ix);
-        free(mean);
+        kvc_blob_free(keys);
         return kvc_fail(KVC_ERR_NOMEM, "blocks selector of %d blocks", nb);
     }
+    float m[KVC_PACKED_MAX_D];
     for (int b = 0; b < nb; b++) {
         int t0 = b * B, t1 = t0 + B < n ? t0 + B : n;
-        float *m = mean + (size_t)b * dim;
-        memset(m, 0, (size_t)dim * sizeof *m);
-        for (int t = t0; t < t1; t++)
-            for (int c = 0; c < dim; c++) m[c] += kt[(size_t)t * ld + c];
-        for (int c = 0; c < dim; c++) m[c] /= (float)(t1 - t0);
+        sparse_mean(kt, t0, t1, ld, dim, cfg, m);
+        kvc_db_put(keys, dim, b, m);
     }
-    ix->n = n;
-    ix->B = B;
-    ix->nb = nb;
-    ix->codec = (kvc_codec){.ops = &kvc_codec_packed_f16, .dim = dim, .cfg = cfg};
-    kvc_status st = ix->codec.ops->encode(&ix->codec, mean, nb, dim, &ix->keys);
-    ix->codec.cfg = NULL;
-    free(mean);
-    if (st != KVC_OK) {
-        free(ix);
-        return st;
-    }
+    *ix = (blocks_index){.n = n, .B = B, .nb = nb, .dim = dim, .keys = keys};
     *out = (kvc_select_index){.ops = &kvc_selector_blocks, .index = ix};
     return KVC_OK;
 }
@@ -62,34 +65,18 @@ static kvc_range bl_unit(const void *index, int u) {
 
 static void bl_score(const void *index, const float *q, int G, int ldq, float *scores) {
     const blocks_index *ix = index;
-    float tmp[KVC_PACKED_MAX_G * SCORE_TILE];
-    for (int b0 = 0; b0 < ix->nb; b0 += SCORE_TILE) {
-        int nt = ix->nb - b0 < SCORE_TILE ? ix->nb - b0 : SCORE_TILE;
-        kvc_packed_view v = kvc_packed_blob_view(ix->keys, b0);
-        for (int h0 = 0; h0 < G; h0 += KVC_PACKED_MAX_G) {
-            int gb = G - h0 < KVC_PACKED_MAX_G ? G - h0 : KVC_PACKED_MAX_G;
-            kvc_packed_k.qk(&v, nt, q + (size_t)h0 * ldq, gb, ldq, tmp, SCORE_TILE);
-            for (int u = 0; u < nt; u++) {
-                float best = h0 ? scores[b0 + u] : tmp[u];
-                for (int h = 0; h < gb; h++)
-                    if (tmp[(size_t)h * SCORE_TILE + u] > best) best = tmp[(size_t)h * SCORE_TILE + u];
-                scores[b0 + u] = best;
-            }
-        }
-    }
+    kvc_db_score(ix->keys, ix->nb, ix->dim, q, G, ldq, scores);
 }
 
 static uint64_t bl_bytes(const void *index) {
     const blocks_index *ix = index;
-    uint64_t p, m;
-    ix->codec.ops->bytes(&ix->codec, ix->keys, &p, &m);
-    return sizeof *ix + p + m;
+    return sizeof *ix + kvc_db_elems(ix->nb, ix->dim) * sizeof(kvc_f16);
 }
 
 static void bl_free(void *index) {
     blocks_index *ix = index;
     if (!ix) return;
-    if (ix->keys) ix->codec.ops->free(&ix->codec, ix->keys);
+    kvc_blob_free(ix->keys);
     free(ix);
 }
 

@@ -2,9 +2,19 @@
  * consecutive tokens of a chunk (B = 4, 8 or 16; the last block may be shorter);
  * each block is represented by the mean of its keys in the chunk's stored
  * space (rotated, channel-truncated), channel-compressed like the keys
- * themselves (packed_f16, packed.h). A block's score for the G query heads of
- * a group is the largest q'_h · mean over the heads (a block one head needs
- * is kept), computed by the packed q·k kernel on the packed block keys. */
+ * themselves (the per-vector top groups of the packed codec, packed.h, kept).
+ * A block's score for the G query heads of a group is the largest
+ * q'_h · mean over the heads (a block one head needs is kept).
+ *
+ * Storage differs from the paper's: the sparsified means are kept dense,
+ * channel-major in blocks of 16 (dot_block.h, zeros where elements were
+ * dropped), not in the packed format. Scoring reads every block key at every
+ * step; on the CPU a packed vector costs about 50 cycles to score (the bitmap
+ * walk and the permutes) against about 9 for a dense one with 16 blocks per
+ * pass, and the index is a small part of the cache (one key per B tokens), so
+ * the dense form buys a several-fold faster stage 2 for a few bytes per token
+ * (docs/methods.md "mosaic"). The scores are those of the packed form: the
+ * same values, summed in another order. */
 #ifndef KVC_KV_SELECT_BLOCKS_H
 #define KVC_KV_SELECT_BLOCKS_H
 
