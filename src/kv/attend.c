@@ -145,12 +145,35 @@ static void acc_merge(float *acc, int G, int dim, const float *m2, const float *
     }
 }
 
+/* Scattered ranges (selected units of a few tokens each) defeat the hardware
+ * prefetcher: the K and V of range i + PF_RANGES are asked for while range i
+ * is scored, so that loads stay in flight at a steady distance (the next
+ * item's first ranges are asked for by run_part). */
+enum { PF_RANGES = 8 };
+
+static void prefetch_kv(const kvc_chunk *c, const kvc_range *r, int nr) {
+    kvc_codec_prefetch_ranges(&c->kc, c->kb, r, nr);
+    kvc_codec_prefetch_ranges(&c->vc, c->vb, r, nr);
+}
+
+/* s[g*TILE + j] = q_g · k_j over the item's ranges, prefetching ahead. */
+static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float *q, int ldq, int G, float *s) {
+    if (nr <= 1 || !c->kc.ops->prefetch) {
+        kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, nr, s, TILE);
+        return;
+    }
+    for (int i = 0; i < nr; s += r[i].end - r[i].begin, i++) {
+        if (i + PF_RANGES < nr) prefetch_kv(c, r + i + PF_RANGES, 1);
+        kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r + i, 1, s, TILE);
+    }
+}
+
 /* One item: qk, mask, online softmax update of acc (dimension dim), pv. */
 static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, const float *q,
                      int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw) {
     int n = it->n;
     const kvc_range *r = rs + it->r0;
-    kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, it->nr, s, TILE);
+    item_qk(c, r, it->nr, q, ldq, G, s);
     if (c->dead) {
         int j = 0;
         for (int i = 0; i < it->nr; i++)
@@ -206,6 +229,7 @@ static void run_part(void *ctx, int task, int thread) {
             }
             grp = it->group;
             if (grp >= 0) {
+                kvc_xform_prefetch(r->groups[grp].xf, 1); /* used when the group closes */
                 dv = r->groups[grp].xf->dim_v;
                 acc_init(gacc, G, dv);
             }
@@ -214,8 +238,7 @@ static void run_part(void *ctx, int task, int thread) {
         if (i + 1 < pt->item1 && r->items[i + 1].nr > 1) { /* scattered ranges: load the next item early */
             const item *nx = &r->items[i + 1];
             const kvc_chunk *nc = chunk_at(st, nx->ci);
-            kvc_codec_prefetch_ranges(&nc->kc, nc->kb, r->ranges + nx->r0, nx->nr);
-            kvc_codec_prefetch_ranges(&nc->vc, nc->vb, r->ranges + nx->r0, nx->nr);
+            prefetch_kv(nc, r->ranges + nx->r0, nx->nr < PF_RANGES ? nx->nr : PF_RANGES);
         }
         if (grp >= 0)
             run_item(c, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k, G,

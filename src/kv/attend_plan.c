@@ -143,6 +143,20 @@ typedef struct plan_ctx {
     const kvc_attend_opts *o;
 } plan_ctx;
 
+/* The query of every transform group in the group's stored space. The maps
+ * (a segment's rotation: 12 KiB at 64 x 48 floats) sit apart in memory and
+ * each is read once per step, so the one PF_GROUPS ahead is asked for while
+ * the current one is applied. */
+enum { PF_GROUPS = 2 };
+
+static void map_queries(req_state *r, const float *qs, int G, int d) {
+    for (int g = 0; g < r->n_groups && g < PF_GROUPS; g++) kvc_xform_prefetch(r->groups[g].xf, 0);
+    for (int g = 0; g < r->n_groups; g++) {
+        const kvc_xform *xf = r->groups[g].xf;
+        if (g + PF_GROUPS < r->n_groups) kvc_xform_prefetch(r->groups[g + PF_GROUPS].xf, 0);
+        xf->ops->prepare_q(xf, qs, G, d, r->qt + r->groups[g].q_off, xf->dim_k);
+    }
+}
 /* Planning, first round: the scaled query, the transform groups (q' per
  * group) and, when units are to be scored, the selectable chunks as segments
  * of the score array. */
@@ -180,10 +194,10 @@ static kvc_status plan_prep(kvc_attend_req *rq, req_state *r, const kvc_attend_o
             !grow(&r->qt, &r->qt_cap, qoff + (size_t)G * xf->dim_k, sizeof(float)))
             return kvc_fail(KVC_ERR_NOMEM, "transform groups");
         r->groups[r->n_groups] = (group){.xf = xf, .q_off = (int)qoff};
-        xf->ops->prepare_q(xf, qs, G, d, r->qt + qoff, xf->dim_k);
         qoff += (size_t)G * xf->dim_k;
         chunk_group[ci] = r->n_groups++;
     }
+    map_queries(r, qs, G, d);
     if (rq->plan.budget < 0) return KVC_OK;
     if (reuse_hit(rq)) {
         r->reuse_hit = 1;

@@ -42,6 +42,9 @@ typedef struct kvc_xform_ops {
      * they enter the cache). */
     void (*apply)(const kvc_xform *x, int which, const float *in, int n, int ldin, float *out,
                   int ldout);
+    /* Optional: a hint that the query map (which = 0) or the output map (1)
+     * is used next; no effect on any result. */
+    void (*prefetch)(const kvc_xform *x, int which);
     uint64_t (*bytes)(const kvc_xform *x); /* rotation matrices etc.: counted as meta */
     void (*free)(kvc_xform *x);            /* frees state and x itself */
 } kvc_xform_ops;
@@ -59,6 +62,9 @@ struct kvc_xform {
 static inline kvc_xform *kvc_xform_retain(kvc_xform *x) {
     if (x) atomic_fetch_add(&x->refs, 1);
     return x;
+}
+static inline void kvc_xform_prefetch(const kvc_xform *x, int which) {
+    if (x->ops->prefetch) x->ops->prefetch(x, which);
 }
 static inline void kvc_xform_release(kvc_xform *x) {
     if (x && atomic_fetch_sub(&x->refs, 1) == 1) x->ops->free(x);

@@ -156,6 +156,14 @@ static void rot_finish_out(const kvc_xform *x, const float *ot, int G, int ldt, 
     kvc_rowmat(ot, G, ldt, r->rvt, x->dim_v, x->dim_in, x->dim_in, out, ldo);
 }
 
+/* The map's rows into L2, one hint per cache line. */
+static void rot_prefetch(const kvc_xform *x, int which) {
+    const rot_state *r = x->state;
+    const char *p = (const char *)(which ? r->rvt : r->rk);
+    size_t bytes = (size_t)x->dim_in * (which ? x->dim_v : x->dim_k) * sizeof(float);
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
+
 static void rot_restore(const kvc_xform *x, int which, const float *xt, int n, int ldt, float *out,
                         int ld) {
     const rot_state *r = x->state;
@@ -183,6 +191,7 @@ static const kvc_xform_ops rotation_ops = {
     .name = "rotation",
     .prepare_q = rot_prepare_q,
     .finish_out = rot_finish_out,
+    .prefetch = rot_prefetch,
     .restore = rot_restore,
     .bytes = rot_bytes,
     .free = rot_free,
