@@ -9,12 +9,13 @@
  * Storage differs from the paper's: the sparsified means are kept dense,
  * channel-major in blocks of 16 (dot_block.h, zeros where elements were
  * dropped), not in the packed format. Scoring reads every block key at every
- * step; on the CPU a packed vector costs about 50 cycles to score (the bitmap
- * walk and the permutes) against about 9 for a dense one with 16 blocks per
- * pass, and the index is a small part of the cache (one key per B tokens), so
- * the dense form buys a several-fold faster stage 2 for a few bytes per token
- * (docs/methods.md "mosaic"). The scores are those of the packed form: the
- * same values, summed in another order. */
+ * step; on the CPU a packed vector pays a bitmap walk and a permute per 8
+ * channels before its FMAs, a dense block of 16 keys one FMA per channel and
+ * head, and the index is a small part of the cache (one key per B tokens):
+ * the dense form made the scoring about 3x faster for a few bytes per token
+ * (docs/methods.md "mosaic", docs/benchmarks.md "Dense block keys"). The
+ * scores are those of the packed form: the same values, summed in another
+ * order. */
 #ifndef KVC_KV_SELECT_BLOCKS_H
 #define KVC_KV_SELECT_BLOCKS_H
 
