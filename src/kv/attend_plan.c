@@ -157,6 +157,7 @@ static void map_queries(req_state *r, const float *qs, int G, int d) {
         xf->ops->prepare_q(xf, qs, G, d, r->qt + r->groups[g].q_off, xf->dim_k);
     }
 }
+
 /* Planning, first round: the scaled query, the transform groups (q' per
  * group) and, when units are to be scored, the selectable chunks as segments
  * of the score array. */
