@@ -1,6 +1,6 @@
 /* Small AVX2 helpers shared by the KV-cache kernel files of this directory
  * (kv_dense_avx2.c, kv_bitmap_avx2.c, kv_packed_avx2.c, kv_iquant_avx2.c and
- * the PackKV files); included only by them, compiled with the AVX2 flags. */
+ * the PackKV files, the min/max and block-key scoring); included only by them, compiled with the AVX2 flags. */
 #ifndef KVC_KERNELS_KV_AVX2_UTIL_H
 #define KVC_KERNELS_KV_AVX2_UTIL_H
 
@@ -8,6 +8,20 @@
 #include <stdint.h>
 
 #include "kernels/avx2/wt_avx2_util.h" /* kvc_hsum256_ps, the sum of 8 lanes */
+
+/* The first m (<= 16) of the 16 lanes lo, hi to out: the scores of a block
+ * of 16 units whose last block may be partial (min/max bounds, block keys). */
+static inline void kvc_store16_avx2(float *out, __m256 lo, __m256 hi, int m) {
+    if (m >= 16) {
+        _mm256_storeu_ps(out, lo);
+        _mm256_storeu_ps(out + 8, hi);
+        return;
+    }
+    float tmp[16];
+    _mm256_storeu_ps(tmp, lo);
+    _mm256_storeu_ps(tmp + 8, hi);
+    for (int i = 0; i < m; i++) out[i] = tmp[i];
+}
 
 /* The sums of a0..a3 (8 lanes each) as one 4-lane vector: 4 tokens' scores. */
 static inline __m128 kvc_reduce4_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {

@@ -7,6 +7,7 @@
  * registers. */
 #include <immintrin.h>
 
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/select/dot_block.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -57,16 +58,7 @@ static void score_avx2(const kvc_f16 *blocks, int n, int dim, const float *q, in
             default: block_heads(b, dim, qg, ldq, 4, best, g0 == 0); break;
             }
         }
-        int m = n - u0 < KVC_DB_LANES ? n - u0 : KVC_DB_LANES;
-        if (m == KVC_DB_LANES) {
-            _mm256_storeu_ps(out + u0, best[0]);
-            _mm256_storeu_ps(out + u0 + 8, best[1]);
-        } else {
-            float tmp[KVC_DB_LANES];
-            _mm256_storeu_ps(tmp, best[0]);
-            _mm256_storeu_ps(tmp + 8, best[1]);
-            for (int i = 0; i < m; i++) out[u0 + i] = tmp[i];
-        }
+        kvc_store16_avx2(out + u0, best[0], best[1], n - u0);
     }
 }
 

@@ -7,6 +7,7 @@
  * unrolled by pragma so the accumulators stay in registers. */
 #include <immintrin.h>
 
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/select/minmax_block.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -85,16 +86,7 @@ static void minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float
     for (int u0 = 0; u0 < n; u0 += KVC_MM_LANES) {
         __m256 best[2];
         block_best(blocks + (size_t)(u0 / KVC_MM_LANES) * bstride, dim, qpm, G, best, 0);
-        int m = n - u0 < KVC_MM_LANES ? n - u0 : KVC_MM_LANES;
-        if (m == KVC_MM_LANES) {
-            _mm256_storeu_ps(out + u0, best[0]);
-            _mm256_storeu_ps(out + u0 + 8, best[1]);
-        } else {
-            float tmp[KVC_MM_LANES];
-            _mm256_storeu_ps(tmp, best[0]);
-            _mm256_storeu_ps(tmp + 8, best[1]);
-            for (int i = 0; i < m; i++) out[u0 + i] = tmp[i];
-        }
+        kvc_store16_avx2(out + u0, best[0], best[1], n - u0);
     }
 }
 
