@@ -2,11 +2,15 @@
  * eigenvector basis of an accumulated second moment is orthonormal and sorted
  * by decreasing eigenvalue and diagonalises the matrix; the incremental
  * accumulation equals a batch one; the channel-order basis is a permutation by
- * energy; attention through the transform with no truncation equals plain
- * attention over the original keys and values; bad sizes are refused.
+ * energy; with no truncation, restoring the rotated rows gives the original
+ * ones up to the f16 rounding of the stored bases, and attention through the
+ * transform equals plain attention over the restored keys and values; bad
+ * sizes are refused.
  *
  * Tolerances: orthonormality 1e-5 (f32 basis from a double eigensolver);
- * attention 1e-4 relative (f32 rotation of q, k and o against double). */
+ * restored rows 4e-3 of the row's norm (bases rounded to f16, 2^-11 per
+ * element); attention 1e-4 relative (f32 maps of q, k and o against double
+ * over the restored rows, which carry the same rounded bases). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -17,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "base/f16.h"
 #include "kv/attend.h"
 #include "kv/codec/dense.h"
 #include "kv/xform/rotation.h"
@@ -139,14 +144,16 @@ static void plain_attention(const float *q, int G, const float *k, const float *
 }
 
 /* Two segments with their own rotations (no truncation), stored f32 in the
- * rotated space, plus a plain hot window: the driver's attention equals
- * plain attention over the original rows. */
+ * rotated space, plus a plain hot window: restoring gives back the original
+ * rows (up to the f16 bases), and the driver's attention equals plain
+ * attention over the restored rows. */
 static void test_attention_through_rotation_equals_plain(void **state) {
     (void)state;
     kvc_codecs_init();
     int d = 64, G = 3, seg = 200, n = 2 * seg + 10;
     float *k = malloc(sizeof(float) * n * d), *v = malloc(sizeof(float) * n * d);
     float *kt = malloc(sizeof(float) * n * d), *vt = malloc(sizeof(float) * n * d);
+    float *kd = malloc(sizeof(float) * n * d), *vd = malloc(sizeof(float) * n * d);
     float *rk = malloc(sizeof(float) * d * d), *rv = malloc(sizeof(float) * d * d);
     correlated(k, n, d);
     for (int i = 0; i < n * d; i++) v[i] = frand();
@@ -166,10 +173,21 @@ static void test_attention_through_rotation_equals_plain(void **state) {
         assert_int_equal(kvc_rotation_create(d, rk, d, rv, d, &xf), KVC_OK);
         kvc_rotation_apply(xf, 0, ks, seg, d, kt, d);
         kvc_rotation_apply(xf, 1, vs, seg, d, vt, d);
-        /* restore undoes apply */
-        float back[64];
-        xf->ops->restore(xf, 0, kt + 5 * d, 1, d, back, d);
-        for (int c = 0; c < d; c++) assert_true(fabsf(back[c] - ks[5 * d + c]) <= 1e-4f * (1 + fabsf(ks[5 * d + c])));
+        /* restore undoes apply, up to the f16 rounding of the bases */
+        float *kds = kd + (size_t)sg * seg * d, *vds = vd + (size_t)sg * seg * d;
+        xf->ops->restore(xf, 0, kt, seg, d, kds, d);
+        xf->ops->restore(xf, 1, vt, seg, d, vds, d);
+        for (int t = 0; t < seg; t++) {
+            double nk = 0, nv = 0;
+            for (int c = 0; c < d; c++) {
+                nk += (double)ks[t * d + c] * ks[t * d + c];
+                nv += (double)vs[t * d + c] * vs[t * d + c];
+            }
+            for (int c = 0; c < d; c++) {
+                assert_true(fabsf(kds[t * d + c] - ks[t * d + c]) <= 4e-3 * sqrt(nk));
+                assert_true(fabsf(vds[t * d + c] - vs[t * d + c]) <= 4e-3 * sqrt(nv));
+            }
+        }
         /* two chunks share the segment's transform */
         for (int half = 0; half < 2; half++) {
             kvc_chunk *c;
@@ -179,12 +197,14 @@ static void test_attention_through_rotation_equals_plain(void **state) {
                              KVC_OK);
             assert_int_equal(kvc_stream_insert(s, s->n_chunks, c), KVC_OK);
         }
-        assert_true(xf->ops->bytes(xf) >= (uint64_t)2 * d * d * sizeof(float));
+        assert_true(xf->ops->bytes(xf) >= (uint64_t)2 * d * d * sizeof(kvc_f16));
         kvc_xform_release(xf);
         kvc_cov_free(&ck);
         kvc_cov_free(&cv);
     }
     assert_int_equal(kvc_stream_hot_push(s, k + (size_t)2 * seg * d, v + (size_t)2 * seg * d, 10, d), KVC_OK);
+    memcpy(kd + (size_t)2 * seg * d, k + (size_t)2 * seg * d, sizeof(float) * 10 * d);
+    memcpy(vd + (size_t)2 * seg * d, v + (size_t)2 * seg * d, sizeof(float) * 10 * d);
     float q[3 * 64], out[3 * 64], ref[3 * 64];
     for (int i = 0; i < G * d; i++) q[i] = frand() * 3.0f;
     kvc_attend_ws *ws;
@@ -193,12 +213,12 @@ static void test_attention_through_rotation_equals_plain(void **state) {
         kvc_attend_req rq = {.s = s, .q = q, .out = out, .plan = {.budget = -1}};
         kvc_attend_opts o = {.G = G, .split = split};
         assert_int_equal(kvc_attend(&rq, 1, &o, NULL, ws), KVC_OK);
-        plain_attention(q, G, k, v, n, d, ref);
+        plain_attention(q, G, kd, vd, n, d, ref);
         for (int i = 0; i < G * d; i++) assert_true(fabsf(out[i] - ref[i]) <= 1e-4f * (1 + fabsf(ref[i])));
     }
     kvc_attend_ws_free(ws);
     kvc_stream_free(s);
-    free(k), free(v), free(kt), free(vt), free(rk), free(rv);
+    free(k), free(v), free(kt), free(vt), free(kd), free(vd), free(rk), free(rv);
 }
 
 static void test_bad_sizes_refused(void **state) {

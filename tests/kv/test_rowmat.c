@@ -3,9 +3,10 @@
  * than one pass of either kernel's row group), inner sizes k = 1..130 and
  * column counts that leave ragged last blocks (1, 7, 15, 16, 17, 31, 33, 48,
  * 64, 100, 128), with leading dimensions larger than the used width; values
- * random and huge. The kernels use fused multiply-adds in the reference's
- * order, so |a - b| <= 1e-5 * sum_i |x_i m_ij|. Columns past cols and rows
- * past G of y must not be written. */
+ * random and huge, the matrix in f16 (finite halves, subnormals included).
+ * The kernels use fused multiply-adds in the reference's order, so
+ * |a - b| <= 1e-5 * sum_i |x_i m_ij|. Columns past cols and rows past G of y
+ * must not be written. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,14 +25,15 @@ static float frand(void) { return (float)kvc_rng_unit(&rng) * 2.0f - 1.0f; }
 
 static void run_case(int G, int k, int cols, float scale) {
     int ldx = k + 3, ldm = cols + 5, ldy = cols + 2;
-    float *x = malloc(sizeof(float) * (size_t)(G + 1) * ldx), *m = malloc(sizeof(float) * (size_t)k * ldm);
+    float *x = malloc(sizeof(float) * (size_t)(G + 1) * ldx);
+    kvc_f16 *m = malloc(sizeof(kvc_f16) * (size_t)k * ldm);
     float *a = malloc(sizeof(float) * (size_t)(G + 1) * ldy), *b = malloc(sizeof(float) * (size_t)(G + 1) * ldy);
     assert_non_null(x);
     assert_non_null(m);
     assert_non_null(a);
     assert_non_null(b);
     for (size_t i = 0; i < (size_t)(G + 1) * ldx; i++) x[i] = frand() * scale;
-    for (size_t i = 0; i < (size_t)k * ldm; i++) m[i] = frand();
+    for (size_t i = 0; i < (size_t)k * ldm; i++) m[i] = kvc_f32_to_f16(frand() * (i % 7 ? 1.0f : 1e-6f));
     for (size_t i = 0; i < (size_t)(G + 1) * ldy; i++) a[i] = b[i] = 777.0f; /* sentinels */
     kvc_rowmat_ref(x, G, ldx, m, k, cols, ldm, a, ldy);
     kvc_rowmat(x, G, ldx, m, k, cols, ldm, b, ldy);
@@ -43,7 +45,8 @@ static void run_case(int G, int k, int cols, float scale) {
                 continue;
             }
             double mag = 0.0;
-            for (int i = 0; i < k; i++) mag += fabs((double)x[(size_t)g * ldx + i] * m[(size_t)i * ldm + j]);
+            for (int i = 0; i < k; i++)
+                mag += fabs((double)x[(size_t)g * ldx + i] * kvc_f16_to_f32(m[(size_t)i * ldm + j]));
             if (!(fabs((double)a[at] - b[at]) <= 1e-5 * mag + 1e-30))
                 fail_msg("G %d k %d cols %d y[%d][%d]: ref %.9g kernel %.9g", G, k, cols, g, j, a[at], b[at]);
         }

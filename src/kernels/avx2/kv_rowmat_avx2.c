@@ -1,7 +1,8 @@
 /* AVX2 row-block matrix product (src/kv/xform/rowmat.h): columns in blocks
- * of 16 (two ymm; a ragged last block goes through a zero-padded copy of the
- * row and of the result), rows in groups of up to 4, so that the 8
- * accumulators, two row registers and a broadcast fit the 16 ymm registers. */
+ * of 16 (two ymm, widened from 16 halves by F16C; a ragged last block goes
+ * through a zero-padded copy of the row and of the result), rows in groups of
+ * up to 4, so that the 8 accumulators, two row registers and a broadcast fit
+ * the 16 ymm registers. */
 #include <immintrin.h>
 #include <string.h>
 
@@ -11,19 +12,20 @@
 
 /* Rows [0, HG) (compile-time constant after inlining), columns [j0, j0 + w),
  * w <= 16: full blocks load M directly, a ragged one through a padded row. */
-ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const float *m, int k, int ldm, int j0, int w,
-                         float *y, int ldy) {
+ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const kvc_f16 *m, int k, int ldm, int j0,
+                         int w, float *y, int ldy) {
     __m256 a[4][2];
     #pragma GCC unroll 4
     for (int h = 0; h < HG; h++) a[h][0] = a[h][1] = _mm256_setzero_ps();
-    float pad[16] = {0};
+    kvc_f16 pad[16] = {0};
     for (int i = 0; i < k; i++) {
-        const float *row = m + (size_t)i * ldm + j0;
+        const kvc_f16 *row = m + (size_t)i * ldm + j0;
         if (w < 16) {
             memcpy(pad, row, (size_t)w * sizeof *pad);
             row = pad;
         }
-        __m256 r0 = _mm256_loadu_ps(row), r1 = _mm256_loadu_ps(row + 8);
+        __m256 r0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)row));
+        __m256 r1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 8)));
         #pragma GCC unroll 4
         for (int h = 0; h < HG; h++) {
             __m256 b = _mm256_broadcast_ss(x + (size_t)h * ldx + i);
@@ -40,8 +42,8 @@ ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const float *m, 
     }
 }
 
-static void rowmat_avx2(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
-                     int ldy) {
+static void rowmat_avx2(const float *x, int G, int ldx, const kvc_f16 *m, int k, int cols, int ldm,
+                        float *y, int ldy) {
     for (int j0 = 0; j0 < cols; j0 += 16) {
         int w = cols - j0 < 16 ? cols - j0 : 16;
         for (int g0 = 0; g0 < G; g0 += 4) {

@@ -1,7 +1,8 @@
 /* AVX-512 row-block matrix product (src/kv/xform/rowmat.h): columns in
- * blocks of 32 (two zmm, the last one masked), rows in groups of up to 8, so
- * that the 16 accumulators stay in registers while M's rows stream past; each
- * x element is a broadcast operand of the fused multiply-add. */
+ * blocks of 32 (two zmm, each widened from 16 halves, the last one masked),
+ * rows in groups of up to 8, so that the 16 accumulators stay in registers
+ * while M's rows stream past; each x element is a broadcast operand of the
+ * fused multiply-add. */
 #include <immintrin.h>
 
 #include "kv/xform/rowmat.h"
@@ -9,14 +10,15 @@
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Rows [0, HG) (a compile-time constant after inlining), columns [j0, j0+32). */
-ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const float *m, int k, int ldm, int j0,
+ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const kvc_f16 *m, int k, int ldm, int j0,
                          __mmask16 m0, __mmask16 m1, float *y, int ldy) {
     __m512 a[8][2];
     #pragma GCC unroll 8
     for (int h = 0; h < HG; h++) a[h][0] = a[h][1] = _mm512_setzero_ps();
     for (int i = 0; i < k; i++) {
-        const float *row = m + (size_t)i * ldm + j0;
-        __m512 r0 = _mm512_maskz_loadu_ps(m0, row), r1 = _mm512_maskz_loadu_ps(m1, row + 16);
+        const kvc_f16 *row = m + (size_t)i * ldm + j0;
+        __m512 r0 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m0, row));
+        __m512 r1 = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m1, row + 16));
         #pragma GCC unroll 8
         for (int h = 0; h < HG; h++) {
             __m512 b = _mm512_set1_ps(x[(size_t)h * ldx + i]);
@@ -31,8 +33,8 @@ ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const float *m, 
     }
 }
 
-static void rowmat_avx512(const float *x, int G, int ldx, const float *m, int k, int cols, int ldm, float *y,
-                       int ldy) {
+static void rowmat_avx512(const float *x, int G, int ldx, const kvc_f16 *m, int k, int cols, int ldm,
+                          float *y, int ldy) {
     for (int j0 = 0; j0 < cols; j0 += 32) {
         int w = cols - j0 < 32 ? cols - j0 : 32;
         __mmask16 m0 = (__mmask16)(w >= 16 ? 0xffff : (1u << w) - 1);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/f16.h"
 #include "base/status.h"
 #include "kv/xform/rowmat.h"
 
@@ -131,19 +132,42 @@ void kvc_cov_channel_order(const kvc_cov *c, float *rot) {
 /* ---- the transform ------------------------------------------------------------ */
 
 /* Stored so that every map is one row-major matrix product: keys map in by
- * rk, values map out by rvt. The per-step maps of the query and the output
- * (G rows) go through the row-block kernel (rowmat.h), which at G x 64 x 48
- * is several times faster than a BLAS call; restoring many rows uses sgemm. */
+ * rk, values map out by rvt. Both are IEEE half precision: the per-step maps
+ * of the query and the output (G rows, the row-block kernel of rowmat.h,
+ * several times faster than a BLAS call at G x 64 x 48) stream half the
+ * bytes of f32 bases, and every map (encoding, queries, outputs, restoring)
+ * uses the same rounded basis, so the stored rows and the mapped queries
+ * agree. Rounding costs orthonormality about 2^-11 per element, below what
+ * the f16 payload of the packed vectors already rounds away. */
 typedef struct rot_state {
-    float *rk;  /* [d][dim_k]: columns = kept key basis vectors */
-    float *rvt; /* [dim_v][d]: rows = kept value basis vectors */
+    kvc_f16 *rk;  /* [d][dim_k]: columns = kept key basis vectors */
+    kvc_f16 *rvt; /* [dim_v][d]: rows = kept value basis vectors */
 } rot_state;
 
-/* y [n][ldy] = x [n][ldx] · op(m), m row-major with leading dimension ldm. */
-static void matmul(const float *x, int n, int ldx, int trans, const float *m, int ldm, int k,
+enum { TILE_FLOATS = 8192 }; /* f32 copy of a part of a basis (32 KiB on the stack) */
+
+/* y [n][ldy] = x [n][ldx] · op(m) for the many-row maps (segment encoding,
+ * restoring): m is f16 row-major, [k][cols] (trans = 0) or [cols][k]
+ * (trans = 1), leading dimension ldm. Widened to f32 a tile of m's rows at a
+ * time, one sgemm per tile: rows of m are the inner index (trans = 0, the
+ * tiles' products summed into y) or the output columns (trans = 1). */
+static void matmul(const float *x, int n, int ldx, int trans, const kvc_f16 *m, int ldm, int k,
                    int cols, float *y, int ldy) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, n, cols, k, 1.0f, x,
-                ldx, m, ldm, 0.0f, y, ldy);
+    float tile[TILE_FLOATS];
+    int width = trans ? k : cols, rows = trans ? cols : k;
+    int step = TILE_FLOATS / width; /* >= 16: width <= KVC_ROT_MAX_D */
+    for (int r0 = 0; r0 < rows; r0 += step) {
+        int nr = rows - r0 < step ? rows - r0 : step;
+        for (int r = 0; r < nr; r++)
+            for (int c = 0; c < width; c++)
+                tile[(size_t)r * width + c] = kvc_f16_to_f32(m[(size_t)(r0 + r) * ldm + c]);
+        if (trans)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, nr, k, 1.0f, x, ldx, tile, width,
+                        0.0f, y + r0, ldy);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, cols, nr, 1.0f, x + r0, ldx, tile,
+                        width, r0 ? 1.0f : 0.0f, y, ldy);
+    }
 }
 
 static void rot_prepare_q(const kvc_xform *x, const float *q, int G, int ldq, float *qt, int ldt) {
@@ -160,7 +184,7 @@ static void rot_finish_out(const kvc_xform *x, const float *ot, int G, int ldt, 
 static void rot_prefetch(const kvc_xform *x, int which) {
     const rot_state *r = x->state;
     const char *p = (const char *)(which ? r->rvt : r->rk);
-    size_t bytes = (size_t)x->dim_in * (which ? x->dim_v : x->dim_k) * sizeof(float);
+    size_t bytes = (size_t)x->dim_in * (which ? x->dim_v : x->dim_k) * sizeof(kvc_f16);
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 2);
 }
 
@@ -174,7 +198,7 @@ static void rot_restore(const kvc_xform *x, int which, const float *xt, int n, i
 
 static uint64_t rot_bytes(const kvc_xform *x) {
     return sizeof *x + sizeof(rot_state) +
-           (uint64_t)x->dim_in * (uint64_t)(x->dim_k + x->dim_v) * sizeof(float);
+           (uint64_t)x->dim_in * (uint64_t)(x->dim_k + x->dim_v) * sizeof(kvc_f16);
 }
 
 static void rot_free(kvc_xform *x) {
@@ -197,14 +221,16 @@ static const kvc_xform_ops rotation_ops = {
     .free = rot_free,
 };
 
-/* The first cols columns of basis [d][d], as [d][cols] or transposed [cols][d]. */
-static float *leading_columns(const float *basis, int d, int cols, int transpose) {
-    float *m = malloc((size_t)d * cols * sizeof *m);
+/* The first cols columns of basis [d][d] in f16, as [d][cols] or transposed
+ * [cols][d]. */
+static kvc_f16 *leading_columns(const float *basis, int d, int cols, int transpose) {
+    kvc_f16 *m = malloc((size_t)d * cols * sizeof *m);
     if (!m) return NULL;
     for (int i = 0; i < d; i++)
         for (int j = 0; j < cols; j++) {
-            if (transpose) m[(size_t)j * d + i] = basis[(size_t)i * d + j];
-            else m[(size_t)i * cols + j] = basis[(size_t)i * d + j];
+            kvc_f16 h = kvc_f32_to_f16(basis[(size_t)i * d + j]);
+            if (transpose) m[(size_t)j * d + i] = h;
+            else m[(size_t)i * cols + j] = h;
         }
     return m;
 }

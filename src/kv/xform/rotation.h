@@ -12,7 +12,9 @@
  * With the columns orthonormal, q'·k' = q·Rk·Rkᵀ·k equals q·k when nothing is
  * truncated; with truncation it is q·P·k with P the projection onto the kept
  * channels. The driver maps each query once per segment (prepare_q) and each
- * segment's accumulated output once (finish_out), never the stored vectors. */
+ * segment's accumulated output once (finish_out), never the stored vectors.
+ * The kept bases are stored in f16 and every map uses the same rounded
+ * values (rotation.c says why). */
 #ifndef KVC_KV_XFORM_ROTATION_H
 #define KVC_KV_XFORM_ROTATION_H
 
