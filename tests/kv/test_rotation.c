@@ -4,8 +4,9 @@
  * accumulation equals a batch one; the channel-order basis is a permutation by
  * energy; with no truncation, restoring the rotated rows gives the original
  * ones up to the f16 rounding of the stored bases, and attention through the
- * transform equals plain attention over the restored keys and values; bad
- * sizes are refused.
+ * transform equals plain attention over the restored keys and values; every
+ * map equals a double product with the f16-rounded basis; bad sizes are
+ * refused.
  *
  * Tolerances: orthonormality 1e-5 (f32 basis from a double eigensolver);
  * restored rows 4e-3 of the row's norm (bases rounded to f16, 2^-11 per
@@ -221,6 +222,58 @@ static void test_attention_through_rotation_equals_plain(void **state) {
     free(k), free(v), free(kt), free(vt), free(kd), free(vd), free(rk), free(rv);
 }
 
+/* Every map of the transform (apply and restore, keys and values, the query
+ * in and the output out) against a double-precision product with the
+ * f16-rounded basis, for head sizes whose bases span one or many of the
+ * widening tiles, with fewer kept channels than d. */
+static double rounded(const float *basis, int d, int i, int j) {
+    return kvc_f16_to_f32(kvc_f32_to_f16(basis[(size_t)i * d + j]));
+}
+
+static void check_map(const float *y, const float *x, int n, int kin, int kout, const float *basis,
+                      int d, int forward) {
+    for (int t = 0; t < n; t++)
+        for (int j = 0; j < kout; j++) {
+            double r = 0, mag = 0;
+            for (int i = 0; i < kin; i++) {
+                double b = forward ? rounded(basis, d, i, j) : rounded(basis, d, j, i);
+                r += (double)x[(size_t)t * kin + i] * b;
+                mag += fabs((double)x[(size_t)t * kin + i] * b);
+            }
+            assert_true(fabs(y[(size_t)t * kout + j] - r) <= 1e-5 * mag + 1e-30);
+        }
+}
+
+static void test_maps_match_f16_reference(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    const int dims[] = {64, 200, KVC_ROT_MAX_D};
+    for (int di = 0; di < 3; di++) {
+        int d = dims[di], dk = d - d / 4, dv = d / 2, n = 5, G = 3;
+        float *rk = malloc(sizeof(float) * d * d), *rv = malloc(sizeof(float) * d * d);
+        float *x = malloc(sizeof(float) * n * d), *y = malloc(sizeof(float) * n * d);
+        assert_non_null(rk), assert_non_null(rv), assert_non_null(x), assert_non_null(y);
+        for (int i = 0; i < d * d; i++) rk[i] = frand(), rv[i] = frand();
+        for (int i = 0; i < n * d; i++) x[i] = frand();
+        kvc_xform *xf;
+        assert_int_equal(kvc_rotation_create(d, rk, dk, rv, dv, &xf), KVC_OK);
+        kvc_rotation_apply(xf, 0, x, n, d, y, dk); /* x·Rk */
+        check_map(y, x, n, d, dk, rk, d, 1);
+        kvc_rotation_apply(xf, 1, x, n, d, y, dv); /* x·Rv */
+        check_map(y, x, n, d, dv, rv, d, 1);
+        xf->ops->restore(xf, 0, x, n, dk, y, d); /* x·Rkᵀ */
+        check_map(y, x, n, dk, d, rk, d, 0);
+        xf->ops->restore(xf, 1, x, n, dv, y, d); /* x·Rvᵀ */
+        check_map(y, x, n, dv, d, rv, d, 0);
+        xf->ops->prepare_q(xf, x, G, d, y, dk);
+        check_map(y, x, G, d, dk, rk, d, 1);
+        xf->ops->finish_out(xf, x, G, dv, y, d);
+        check_map(y, x, G, dv, d, rv, d, 0);
+        kvc_xform_release(xf);
+        free(rk), free(rv), free(x), free(y);
+    }
+}
+
 static void test_bad_sizes_refused(void **state) {
     (void)state;
     kvc_cov c;
@@ -241,6 +294,7 @@ int main(void) {
         cmocka_unit_test(test_eigen_basis_orthonormal),
         cmocka_unit_test(test_channel_order),
         cmocka_unit_test(test_attention_through_rotation_equals_plain),
+        cmocka_unit_test(test_maps_match_f16_reference),
         cmocka_unit_test(test_bad_sizes_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
