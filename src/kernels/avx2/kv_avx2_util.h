@@ -1,13 +1,20 @@
 /* Small AVX2 helpers shared by the KV-cache kernel files of this directory
- * (kv_dense_avx2.c, kv_bitmap_avx2.c, kv_packed_avx2.c, kv_iquant_avx2.c and
- * the PackKV files, the min/max and block-key scoring); included only by them, compiled with the AVX2 flags. */
+ * (dense, bitmap, packed, integer-quantized and PackKV attention, min/max and
+ * block-key scoring, the row-block maps); included only by them, compiled
+ * with the AVX2 flags. */
 #ifndef KVC_KERNELS_KV_AVX2_UTIL_H
 #define KVC_KERNELS_KV_AVX2_UTIL_H
 
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "base/f16.h"
 #include "kernels/avx2/wt_avx2_util.h" /* kvc_hsum256_ps, the sum of 8 lanes */
+
+/* 8 halves at p widened to f32 (F16C). */
+static inline __m256 kvc_load_f16x8(const kvc_f16 *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
 
 /* The first m (<= 16) of the 16 lanes lo, hi to out: the scores of a block
  * of 16 units whose last block may be partial (min/max bounds, block keys). */

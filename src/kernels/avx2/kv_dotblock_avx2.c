@@ -14,7 +14,6 @@
 
 enum { HG = 4 };
 
-static inline __m256 widen(const kvc_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 /* Heads [0, hg) of q (hg a compile-time constant after inlining) over one
  * block, merged into best[0..1] (set by the first head when first). */
@@ -24,7 +23,8 @@ ALWAYS_INLINE void block_heads(const kvc_f16 *b, int dim, const float *q, int ld
     #pragma GCC unroll 4
     for (int h = 0; h < hg; h++) a[h][0] = a[h][1] = _mm256_setzero_ps();
     for (int c = 0; c < dim; c++) {
-        __m256 r0 = widen(b + (size_t)c * KVC_DB_LANES), r1 = widen(b + (size_t)c * KVC_DB_LANES + 8);
+        const kvc_f16 *row = b + (size_t)c * KVC_DB_LANES;
+        __m256 r0 = kvc_load_f16x8(row), r1 = kvc_load_f16x8(row + 8);
         #pragma GCC unroll 4
         for (int h = 0; h < hg; h++) {
             __m256 x = _mm256_broadcast_ss(q + (size_t)h * ldq + c);

@@ -33,7 +33,6 @@ static inline float hmax(__m256 x) {
     m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
     return _mm_cvtss_f32(m);
 }
-static inline __m256 load_f16x8(const kvc_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 /* i32 lanes: saturating narrowing of 8 i32 to 8 unsigned bytes. */
 static inline uint64_t pack_u8(__m256i v) {
@@ -54,8 +53,8 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
     __m256 ct = _mm256_setzero_ps();
     const __m256i half = _mm256_set1_epi16(128), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int c = 0; c < dim; c += 16) { /* dim is a multiple of 16 (iquant.h) */
-        ct = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), load_f16x8(mins + c), ct);
-        ct = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), load_f16x8(mins + c + 8), ct);
+        ct = _mm256_fmadd_ps(_mm256_loadu_ps(q + c), kvc_load_f16x8(mins + c), ct);
+        ct = _mm256_fmadd_ps(_mm256_loadu_ps(q + c + 8), kvc_load_f16x8(mins + c + 8), ct);
         __m256i b = _mm256_setzero_si256();
         if (ok) {
             __m256i v0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(xq + c), _mm256_loadu_ps(scn + c)));
@@ -178,7 +177,7 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
             float smax = t->smax; /* stored per tile with its reciprocal */
             int sok = smax > 0.0f && isfinite(smax);
             __m256 inv_s = _mm256_set1_ps(t->inv_smax);
-            for (int c = 0; c < dim; c += 8) _mm256_storeu_ps(scn + c, _mm256_mul_ps(load_f16x8(t->scales + c), inv_s));
+            for (int c = 0; c < dim; c += 8) _mm256_storeu_ps(scn + c, _mm256_mul_ps(kvc_load_f16x8(t->scales + c), inv_s));
             float alpha[4], cterm[4];
             for (int h = 0; h < nh; h++) {
                 int ok = sok && qok[h];
@@ -221,8 +220,8 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
             __m256 w[4], wm = _mm256_setzero_ps(), mt = _mm256_loadu_ps(st->mt[h][g]);
             for (int i = 0; i < 4; i++) {
                 __m256 pi = whole ? _mm256_loadu_ps(ph + 8 * i) : _mm256_maskload_ps(ph + 8 * i, m[i]);
-                mt = _mm256_fmadd_ps(pi, load_f16x8(mn + 8 * i), mt);
-                w[i] = _mm256_mul_ps(pi, load_f16x8(sc + 8 * i));
+                mt = _mm256_fmadd_ps(pi, kvc_load_f16x8(mn + 8 * i), mt);
+                w[i] = _mm256_mul_ps(pi, kvc_load_f16x8(sc + 8 * i));
                 wm = _mm256_max_ps(wm, w[i]);
             }
             _mm256_storeu_ps(st->mt[h][g], mt);

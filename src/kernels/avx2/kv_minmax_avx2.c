@@ -14,7 +14,6 @@
 
 enum { HG = 2 };
 
-static inline __m256 widen(const kvc_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
 /* 8 codes widened to f32 and mapped by one FMA to step · code + base. */
 static inline __m256 q8_values(const uint8_t *p, __m256 st, __m256 bs) {
@@ -33,8 +32,9 @@ ALWAYS_INLINE void channel_rows(const void *b, int dim, int c, __m256 r[4], cons
         r[2] = q8_values(row + KVC_MM_LANES, st, bs), r[3] = q8_values(row + KVC_MM_LANES + 8, st, bs);
     } else {
         const kvc_f16 *row = (const kvc_f16 *)b + (size_t)c * 2 * KVC_MM_LANES;
-        r[0] = widen(row), r[1] = widen(row + 8);
-        r[2] = widen(row + KVC_MM_LANES), r[3] = widen(row + KVC_MM_LANES + 8);
+        r[0] = kvc_load_f16x8(row), r[1] = kvc_load_f16x8(row + 8);
+        r[2] = kvc_load_f16x8(row + KVC_MM_LANES);
+        r[3] = kvc_load_f16x8(row + KVC_MM_LANES + 8);
     }
 }
 

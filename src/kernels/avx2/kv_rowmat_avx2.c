@@ -6,6 +6,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/xform/rowmat.h"
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
@@ -24,8 +25,7 @@ ALWAYS_INLINE void block(const float *x, const int HG, int ldx, const kvc_f16 *m
             memcpy(pad, row, (size_t)w * sizeof *pad);
             row = pad;
         }
-        __m256 r0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)row));
-        __m256 r1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(row + 8)));
+        __m256 r0 = kvc_load_f16x8(row), r1 = kvc_load_f16x8(row + 8);
         #pragma GCC unroll 4
         for (int h = 0; h < HG; h++) {
             __m256 b = _mm256_broadcast_ss(x + (size_t)h * ldx + i);
