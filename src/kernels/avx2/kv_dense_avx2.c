@@ -31,7 +31,7 @@ static inline size_t esize(elem_t t) { return t == T_F32 ? 4 : 2; }
 /* 8 whole elements widened to f32. */
 ALWAYS_INLINE __m256 load8(elem_t t, const void *p) {
     switch (t) {
-    case T_F16: return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    case T_F16: return kvc_load_f16x8((const kvc_f16 *)p);
     case T_BF16:
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
     default: return _mm256_loadu_ps(p);

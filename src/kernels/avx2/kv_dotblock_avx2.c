@@ -14,7 +14,6 @@
 
 enum { HG = 4 };
 
-
 /* Heads [0, hg) of q (hg a compile-time constant after inlining) over one
  * block, merged into best[0..1] (set by the first head when first). */
 ALWAYS_INLINE void block_heads(const kvc_f16 *b, int dim, const float *q, int ldq, const int hg, __m256 best[2],

@@ -14,7 +14,6 @@
 
 enum { HG = 2 };
 
-
 /* 8 codes widened to f32 and mapped by one FMA to step · code + base. */
 static inline __m256 q8_values(const uint8_t *p, __m256 st, __m256 bs) {
     __m128i c = _mm_loadl_epi64((const __m128i *)p);

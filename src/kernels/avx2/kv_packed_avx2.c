@@ -67,7 +67,7 @@ ALWAYS_INLINE unsigned piece_mask(const uint32_t *bits, const int g, int r) {
 
 /* The 8 channels of a piece with channel mask m whose packed values start at p. */
 ALWAYS_INLINE __m256 expand_at(const kvc_f16 *p, unsigned m) {
-    __m256 x = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+    __m256 x = kvc_load_f16x8(p);
     __m256 y = _mm256_permutevar8x32_ps(x, _mm256_load_si256((const __m256i *)expand_tab[m].idx));
     return _mm256_and_ps(y, _mm256_load_ps((const float *)expand_tab[m].keep));
 }

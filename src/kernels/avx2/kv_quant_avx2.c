@@ -7,6 +7,7 @@
  * at a time before the row loop. */
 #include <immintrin.h>
 
+#include "kernels/avx2/kv_avx2_util.h"
 #include "kv/codec/quant_pack.h"
 
 typedef struct slice {
@@ -76,8 +77,8 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
     for (int r0 = 0; r0 < t->rows; r0 += ROWS) {
         int nr = t->rows - r0 < ROWS ? t->rows - r0 : ROWS, i = 0;
         for (; i + 8 <= nr; i += 8) {
-            __m256 sc = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t->scales + r0 + i)));
-            __m256 mn = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(t->mins + r0 + i)));
+            __m256 sc = kvc_load_f16x8(t->scales + r0 + i);
+            __m256 mn = kvc_load_f16x8(t->mins + r0 + i);
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
                 __m256 wv = _mm256_loadu_ps(w + h * ldw + r0 + i);
