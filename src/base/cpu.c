@@ -1,6 +1,6 @@
 /* CPU feature detection with cpuid/xgetbv (via GCC's builtins), and the
  * KVC_ISA override that forces a lower level for tests and comparisons.
- * AVX2 level: AVX2+FMA+F16C+BMI2. AVX-512 level: F+BW+DQ+VL+VBMI+VBMI2+VNNI+BF16,
+ * AVX2 level: AVX2+FMA+F16C+BMI1+BMI2. AVX-512 level: F+BW+DQ+VL+VBMI+VBMI2+VNNI+BF16,
  * the set the kernels in src/kernels/avx512 are compiled for. */
 #include "base/cpu.h"
 
@@ -12,7 +12,7 @@
 kvc_isa kvc_cpu_isa(void) {
     __builtin_cpu_init();
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("bmi2");
+               __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
     int avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                  __builtin_cpu_supports("avx512vbmi") &&

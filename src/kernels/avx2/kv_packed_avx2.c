@@ -6,7 +6,9 @@
  * widened by VCVTPH2PS) to their channels, and a lane mask zeroes the rest.
  * Same loop structure as the AVX-512 kernels (kv_packed_avx512.c: bodies for
  * constant head counts and group sizes); reading 16 bytes at the piece's
- * first value relies on the blob's KVC_PACKED_PAD.
+ * first value relies on the blob's KVC_PACKED_PAD. Vectors that keep few of
+ * their channels take the q·k of kv_packed_lanes_avx2.c instead, which pays
+ * per kept value (kvc_packed_lanes_fit).
  * Scalar reference: src/kv/codec/packed.c. */
 #include <immintrin.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include "base/bits.h"
 #include "base/cpu.h"
 #include "kernels/avx2/kv_avx2_util.h"
+#include "kernels/avx2/kv_packed_lanes_avx2.h"
 #include "kv/codec/packed.h"
 #include "kv/codec/packed_dispatch.h"
 
@@ -167,9 +170,15 @@ ALWAYS_INLINE void pv_heads(const kvc_packed_view *v, int n, const float *p, con
 
 KVC_PACKED_ENTRY_POINTS(qk_avx2, pv_avx2)
 
+/* Vectors that keep few values take the q·k that pays per value. */
+static void qk_any_avx2(const kvc_packed_view *k, int n, const float *q, int G, int ldq, float *s, int lds) {
+    if (kvc_packed_lanes_fit(k, G)) kvc_packed_qk_lanes_avx2(k, n, q, G, ldq, s, lds);
+    else qk_avx2(k, n, q, G, ldq, s, lds);
+}
+
 void kvc_packed_register_avx2(kvc_packed_kernels *k) {
     fill_expand_tab();
     fast_pdep = kvc_cpu_fast_pdep();
-    k->qk = qk_avx2;
+    k->qk = qk_any_avx2;
     k->pv = pv_avx2;
 }
