@@ -115,6 +115,7 @@ ALWAYS_INLINE void qk_rows4(const kvc_packed_view *k, int n, const float *qt, in
                 int c0 = next_group(&w), c1 = next_group(&w), c2 = next_group(&w), c3 = next_group(&w);
                 a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i0), row_pair(qt, c0, c1), a0);
                 a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i1), row_pair(qt, c2, c3), a1);
+                if (j + 4 >= nv) break; /* the last chunk's second half is empty */
                 int c4 = next_group(&w), c5 = next_group(&w), c6 = next_group(&w), c7 = next_group(&w);
                 a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i2), row_pair(qt, c4, c5), a0);
                 a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i3), row_pair(qt, c6, c7), a1);
@@ -122,12 +123,14 @@ ALWAYS_INLINE void qk_rows4(const kvc_packed_view *k, int n, const float *qt, in
                 int b0 = next_group(&w), b1 = next_group(&w), b2 = next_group(&w), b3 = next_group(&w);
                 a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i0), _mm256_load_ps(qt + 8 * b0), a0);
                 a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i1), _mm256_load_ps(qt + 8 * b1), a1);
+                if (j + 4 >= nv) break;
                 a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i2), _mm256_load_ps(qt + 8 * b2), a0);
                 a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i3), _mm256_load_ps(qt + 8 * b3), a1);
             } else { /* g == 4: a group's four rows are two YMM */
                 int b0 = next_group(&w), b1 = next_group(&w);
                 a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i0), _mm256_load_ps(qt + 16 * b0), a0);
                 a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i1), _mm256_load_ps(qt + 16 * b0 + 8), a1);
+                if (j + 4 >= nv) break;
                 a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i2), _mm256_load_ps(qt + 16 * b1), a0);
                 a1 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i3), _mm256_load_ps(qt + 16 * b1 + 8), a1);
             }
@@ -154,6 +157,7 @@ ALWAYS_INLINE void qk_rows8(const kvc_packed_view *k, int n, const float *qt, in
             if (j + 8 > nv) x = _mm256_and_ps(x, tail);
             #pragma GCC unroll 8
             for (int i = 0; i < 8; i += g) {
+                if (i == 4 && j + 4 >= nv) break; /* the last chunk's second half is empty */
                 const float *row = qt + 8 * g * next_group(&w);
                 #pragma GCC unroll 4
                 for (int e = 0; e < g; e++)
