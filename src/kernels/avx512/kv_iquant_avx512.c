@@ -277,7 +277,7 @@ static inline int max16_lane(int k) { return 4 * (k % 4) + k / 4; }
  * vector where one _mm512_reduce_max_ps each takes about eight. */
 static inline __m512 max16(const __m512 *x, int n) {
     const __m512 z = _mm512_setzero_ps();
-    __m512 t[8], u[4], w[2];
+    __m512 t[8], u[4], w[2] = {z, z}; /* n >= 1 sets w[0]; GCC cannot tell at -O1 */
     for (int i = 0; 2 * i < n; i++) { /* t[i]: x[2i] in 128-bit blocks 0-1, x[2i+1] in 2-3 */
         __m512 a = x[2 * i], b = 2 * i + 1 < n ? x[2 * i + 1] : z;
         t[i] = _mm512_max_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
