@@ -30,6 +30,14 @@ static inline void kvc_store16_avx2(float *out, __m256 lo, __m256 hi, int m) {
     for (int i = 0; i < m; i++) out[i] = tmp[i];
 }
 
+/* All ones in lanes l with lo <= l < hi, zeros elsewhere (ragged ends of a
+ * block of 8 tokens or values). */
+static inline __m256i kvc_lanes8_avx2(int lo, int hi) {
+    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_and_si256(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(lo - 1)),
+                            _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), idx));
+}
+
 /* The sums of a0..a3 (8 lanes each) as one 4-lane vector: 4 tokens' scores. */
 static inline __m128 kvc_reduce4_avx2(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));

@@ -21,12 +21,6 @@ static inline int lanes8(int first, int lo, int hi, int *a, int *b) {
     return *b > *a;
 }
 
-static inline __m256i lane_mask(int a, int b) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_and_si256(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(a - 1)),
-                            _mm256_cmpgt_epi32(_mm256_set1_epi32(b), idx));
-}
-
 static inline float hmax(__m256 x) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
@@ -118,7 +112,7 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
         /* a masked store is microcoded on AMD Zen (perf put a fifth of this
          * kernel's samples behind it): only the ragged ends take it */
         const int whole = a == 0 && e == 8;
-        const __m256i m = whole ? _mm256_setzero_si256() : lane_mask(a, e);
+        const __m256i m = whole ? _mm256_setzero_si256() : kvc_lanes8_avx2(a, e);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
             __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_set1_ps(alpha[h]),
@@ -207,7 +201,7 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
     const int whole = blk >= j0 && blk + 32 <= j1; /* plain loads: -3% in the CPU cache */
     for (int i = 0; i < 4; i++) {
         int a, e;
-        m[i] = lanes8(blk + 8 * i, j0, j1, &a, &e) ? lane_mask(a, e) : _mm256_setzero_si256();
+        m[i] = lanes8(blk + 8 * i, j0, j1, &a, &e) ? kvc_lanes8_avx2(a, e) : _mm256_setzero_si256();
     }
     for (int g = 0; g < ng; g++) {
         const kvc_f16 *sc = v->scales + (size_t)g * v->npad + blk, *mn = v->mins + (size_t)g * v->npad + blk;

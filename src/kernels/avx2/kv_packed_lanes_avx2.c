@@ -90,10 +90,16 @@ ALWAYS_INLINE __m256 row_pair(const float *qt, int a, int b) {
     return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_load_ps(qt + 4 * a)), _mm_load_ps(qt + 4 * b), 1);
 }
 
-/* Lanes i < m all ones (m = 8: all). */
-static inline __m256 first_lanes(int m) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(m), idx));
+/* The lanes of a token's last chunk of 8 values that hold its values. */
+static inline __m256 tail_lanes(int nv) {
+    return _mm256_castsi256_ps(kvc_lanes8_avx2(0, nv % 8 ? nv % 8 : 8));
+}
+
+/* Values j .. j+7 of a token (nv values at vp) widened, the lanes past its
+ * last value zeroed. */
+ALWAYS_INLINE __m256 token_chunk(const kvc_f16 *vp, int j, int nv, __m256 tail) {
+    __m256 x = kvc_load_f16x8(vp + j);
+    return j + 8 > nv ? _mm256_and_ps(x, tail) : x;
 }
 
 /* Up to 4 heads, rows of 4 lanes: two values per FMA, pairs (2i, 2i+1) of the
@@ -103,14 +109,13 @@ ALWAYS_INLINE void qk_rows4(const kvc_packed_view *k, int n, const float *qt, in
     const int nv = k->nv, nw = k->nw;
     const __m256i i0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), i1 = _mm256_setr_epi32(2, 2, 2, 2, 3, 3, 3, 3);
     const __m256i i2 = _mm256_setr_epi32(4, 4, 4, 4, 5, 5, 5, 5), i3 = _mm256_setr_epi32(6, 6, 6, 6, 7, 7, 7, 7);
-    const __m256 tail = first_lanes(nv % 8 ? nv % 8 : 8);
+    const __m256 tail = tail_lanes(nv);
     for (int t = 0; t < n; t++) {
         uint64_t w = token_bits(k->bits + (size_t)t * nw, nw);
         const kvc_f16 *vp = k->vals + (size_t)t * nv;
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
         for (int j = 0; j < nv; j += 8) {
-            __m256 x = kvc_load_f16x8(vp + j);
-            if (j + 8 > nv) x = _mm256_and_ps(x, tail);
+            __m256 x = token_chunk(vp, j, nv, tail);
             if (g == 1) {
                 int c0 = next_group(&w), c1 = next_group(&w), c2 = next_group(&w), c3 = next_group(&w);
                 a0 = _mm256_fmadd_ps(_mm256_permutevar8x32_ps(x, i0), row_pair(qt, c0, c1), a0);
@@ -147,14 +152,13 @@ ALWAYS_INLINE void qk_rows4(const kvc_packed_view *k, int n, const float *qt, in
 ALWAYS_INLINE void qk_rows8(const kvc_packed_view *k, int n, const float *qt, int G, float *s, int lds,
                             const int g) {
     const int nv = k->nv, nw = k->nw;
-    const __m256 tail = first_lanes(nv % 8 ? nv % 8 : 8);
+    const __m256 tail = tail_lanes(nv);
     for (int t = 0; t < n; t++) {
         uint64_t w = token_bits(k->bits + (size_t)t * nw, nw);
         const kvc_f16 *vp = k->vals + (size_t)t * nv;
         __m256 a[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int j = 0; j < nv; j += 8) {
-            __m256 x = kvc_load_f16x8(vp + j);
-            if (j + 8 > nv) x = _mm256_and_ps(x, tail);
+            __m256 x = token_chunk(vp, j, nv, tail);
             #pragma GCC unroll 8
             for (int i = 0; i < 8; i += g) {
                 if (i == 4 && j + 4 >= nv) break; /* the last chunk's second half is empty */

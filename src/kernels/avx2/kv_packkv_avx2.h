@@ -7,7 +7,7 @@
 #include <immintrin.h>
 #include <stdint.h>
 
-#include "kernels/avx2/kv_avx2_util.h" /* kvc_hsum256_ps */
+#include "kernels/avx2/kv_avx2_util.h" /* kvc_hsum256_ps, kvc_lanes8_avx2 */
 #include "kv/codec/packkv.h"
 
 /* 8 bf16 values as floats. */
@@ -39,15 +39,6 @@ static inline float kvc_pk_sum_f32_avx2(const float *x, int n) {
     return r;
 }
 
-/* A lane mask (all ones in lanes l with lo <= first + l < hi) for 8 lanes. */
-static inline __m256i kvc_pk_lanes8_avx2(int first, int lo, int hi) {
-    const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    __m256i t = _mm256_add_epi32(idx, _mm256_set1_epi32(first));
-    __m256i ge = _mm256_cmpgt_epi32(t, _mm256_set1_epi32(lo - 1));
-    __m256i lt = _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), t);
-    return _mm256_and_si256(ge, lt);
-}
-
 /* The weights p_t s_t of one head for the packs (of 8 nhalf tokens) over
  * [j0, j1), 0 outside it: wv[pk * nhalf + half] holds 8 tokens, wsum[pk] their
  * sum per pack; returns sum_t p_t m_t. ph[j - j0] is block token j's weight. */
@@ -60,7 +51,7 @@ static inline float kvc_pk_weights_avx2(const kvc_pk_block *b, const float *ph, 
         __m256 ws = _mm256_setzero_ps();
         for (int half = 0; half < nhalf; half++) {
             int first = P * pk + 8 * half;
-            __m256 pw = _mm256_maskload_ps(ph + first, kvc_pk_lanes8_avx2(first, j0, j1));
+            __m256 pw = _mm256_maskload_ps(ph + first, kvc_lanes8_avx2(j0 - first, j1 - first));
             __m256 x = _mm256_mul_ps(pw, kvc_pk_bf16x8_avx2(b->scales + first));
             wv[pk * nhalf + half] = x;
             ws = _mm256_add_ps(ws, x);
