@@ -4,7 +4,15 @@
  * multiplied into four accumulators per head (q⁺ against max, q⁻ against min,
  * per half), heads in pairs (8 accumulators, 4 data and 2 broadcast
  * registers of the 16); the best head is kept per lane. The head loops are
- * unrolled by pragma so the accumulators stay in registers. */
+ * unrolled by pragma so the accumulators stay in registers.
+ *
+ * The blocks stream from memory, and a block is one pass per head pair over
+ * its channels: the hardware prefetcher alone leaves the first pass waiting
+ * for the lines. So the block PF_BLOCKS ahead is prefetched a line at a time,
+ * spread evenly over all the passes of this block, which keeps a few misses in
+ * flight while the arithmetic runs (blocks from memory: 0.7-0.8x the time
+ * per block; docs/benchmarks.md, "The bound kernel's prefetch spread over its
+ * passes"). */
 #include <immintrin.h>
 
 #include "kernels/avx2/kv_avx2_util.h"
@@ -12,7 +20,31 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { HG = 2 };
+enum { HG = 2, PF_BLOCKS = 2 };
+
+/* The prefetch of the block ahead, spread over this block's passes: one line
+ * every `every` channel steps (a countdown: the loop is already at the
+ * front end's limit in the CPU cache, a per-step address computation cost
+ * 20% there). Past `end` nothing is asked for. */
+typedef struct {
+    const char *line, *end;
+    int every, left;
+} spread_pf;
+
+static inline spread_pf spread_for(const void *ahead, size_t bytes, int passes, int dim) {
+    size_t lines = (bytes + 63) / 64, steps = (size_t)passes * dim;
+    int every = (int)((steps + lines - 1) / lines); /* >= 1: at most `lines` prefetches */
+    spread_pf s = {(const char *)ahead, (const char *)ahead + bytes, every, every};
+    return s;
+}
+
+ALWAYS_INLINE void spread_step(spread_pf *s) {
+    if (--s->left == 0) {
+        s->left = s->every;
+        if (s->line < s->end) _mm_prefetch(s->line, _MM_HINT_T0);
+        s->line += 64;
+    }
+}
 
 /* 8 codes widened to f32 and mapped by one FMA to step · code + base. */
 static inline __m256 q8_values(const uint8_t *p, __m256 st, __m256 bs) {
@@ -38,8 +70,12 @@ ALWAYS_INLINE void channel_rows(const void *b, int dim, int c, __m256 r[4], cons
 }
 
 /* The best of heads [0, hg) of qpm over one block, merged into best[0..1]. */
-ALWAYS_INLINE void block_heads(const void *b, int dim, const float *qpm, int hg, __m256 *best, int first, const int Q8) {
+ALWAYS_INLINE void block_heads(const void *b, int dim, const float *qpm, int hg, __m256 *best, int first,
+                               spread_pf *pf, const int Q8, const int PF) {
     __m256 a[HG][4];
+    const float *qp[HG], *qm[HG];
+    #pragma GCC unroll 16
+    for (int h = 0; h < hg; h++) qp[h] = qpm + (size_t)h * 2 * dim, qm[h] = qp[h] + dim;
     #pragma GCC unroll 16
     for (int h = 0; h < hg; h++)
         #pragma GCC unroll 16
@@ -47,10 +83,10 @@ ALWAYS_INLINE void block_heads(const void *b, int dim, const float *qpm, int hg,
     for (int c = 0; c < dim; c++) {
         __m256 r[4];
         channel_rows(b, dim, c, r, Q8);
+        if (PF) spread_step(pf);
         #pragma GCC unroll 16
         for (int h = 0; h < hg; h++) {
-            const float *qp = qpm + (size_t)h * 2 * dim;
-            __m256 p = _mm256_broadcast_ss(qp + c), m = _mm256_broadcast_ss(qp + dim + c);
+            __m256 p = _mm256_broadcast_ss(qp[h] + c), m = _mm256_broadcast_ss(qm[h] + c);
             a[h][0] = _mm256_fmadd_ps(p, r[0], a[h][0]);
             a[h][1] = _mm256_fmadd_ps(p, r[1], a[h][1]);
             a[h][2] = _mm256_fmadd_ps(m, r[2], a[h][2]);
@@ -70,21 +106,32 @@ ALWAYS_INLINE void block_heads(const void *b, int dim, const float *qpm, int hg,
     }
 }
 
-/* The best of all G heads over one block, per lane, into best[0..1]. */
-ALWAYS_INLINE void block_best(const void *b, int dim, const float *qpm, int G, __m256 best[2], const int Q8) {
+/* The best of all G heads over one block of `bytes`, per lane, into
+ * best[0..1], prefetching the block at `ahead` (NULL: none). */
+ALWAYS_INLINE void block_best_pf(const void *b, size_t bytes, const void *ahead, int dim, const float *qpm, int G,
+                                 __m256 best[2], const int Q8, const int PF) {
+    spread_pf pf = spread_for(ahead, bytes, (G + HG - 1) / HG, dim);
     best[0] = best[1] = _mm256_setzero_ps();
     for (int g0 = 0; g0 < G; g0 += HG) {
         const float *q = qpm + (size_t)g0 * 2 * dim;
-        if (G - g0 >= 2) block_heads(b, dim, q, 2, best, g0 == 0, Q8);
-        else block_heads(b, dim, q, 1, best, g0 == 0, Q8);
+        if (G - g0 >= 2) block_heads(b, dim, q, 2, best, g0 == 0, &pf, Q8, PF);
+        else block_heads(b, dim, q, 1, best, g0 == 0, &pf, Q8, PF);
     }
+}
+
+ALWAYS_INLINE void block_best(const void *b, size_t bytes, const void *ahead, int dim, const float *qpm, int G,
+                              __m256 best[2], const int Q8) {
+    if (ahead) block_best_pf(b, bytes, ahead, dim, qpm, G, best, Q8, 1);
+    else block_best_pf(b, bytes, b, dim, qpm, G, best, Q8, 0);
 }
 
 static void minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float *qpm, int G, float *out) {
     size_t bstride = (size_t)dim * 2 * KVC_MM_LANES;
     for (int u0 = 0; u0 < n; u0 += KVC_MM_LANES) {
         __m256 best[2];
-        block_best(blocks + (size_t)(u0 / KVC_MM_LANES) * bstride, dim, qpm, G, best, 0);
+        const kvc_f16 *b = blocks + (size_t)(u0 / KVC_MM_LANES) * bstride;
+        const kvc_f16 *ahead = u0 + PF_BLOCKS * KVC_MM_LANES < n ? b + PF_BLOCKS * bstride : NULL;
+        block_best(b, bstride * sizeof *b, ahead, dim, qpm, G, best, 0);
         kvc_store16_avx2(out + u0, best[0], best[1], n - u0);
     }
 }
@@ -94,7 +141,8 @@ static void minmax_score_q8_avx2(const uint8_t *blocks, int nb, int dim, const f
     size_t bsz = kvc_mm_q8_bytes(dim);
     for (int k = 0; k < nb; k++) {
         __m256 best[2];
-        block_best(blocks + (size_t)k * bsz, dim, qpm, G, best, 1);
+        const uint8_t *b = blocks + (size_t)k * bsz;
+        block_best(b, bsz, k + PF_BLOCKS < nb ? b + PF_BLOCKS * bsz : NULL, dim, qpm, G, best, 1);
         _mm256_storeu_ps(out + (size_t)k * KVC_MM_LANES, best[0]);
         _mm256_storeu_ps(out + (size_t)k * KVC_MM_LANES + 8, best[1]);
     }
