@@ -146,34 +146,76 @@ static void acc_merge(float *acc, int G, int dim, const float *m2, const float *
 }
 
 /* Scattered ranges (selected units of a few tokens each) defeat the hardware
- * prefetcher: the K and V of range i + PF_RANGES are asked for while range i
- * is scored, so that loads stay in flight at a steady distance (the next
- * item's first ranges are asked for by run_part). */
-enum { PF_RANGES = 8 };
+ * prefetcher. A part's scattered items use their ranges in a fixed order:
+ * an item's K ranges (qk), then its V ranges (pv), then the next item's. The
+ * prefetch cursor walks that order PF_STEPS ranges ahead of the kernels and
+ * asks for one range each time the kernels finish one, so that the loads stay
+ * in flight at a steady distance and come in even portions between the
+ * kernels' work (docs/benchmarks.md, "The attention's prefetch as a cursor").
+ * Items of one contiguous range stream, and the kernels prefetch them. */
+enum { PF_STEPS = 16 };
 
-static void prefetch_kv(const kvc_chunk *c, const kvc_range *r, int nr) {
-    kvc_codec_prefetch_ranges(&c->kc, c->kb, r, nr);
-    kvc_codec_prefetch_ranges(&c->vc, c->vb, r, nr);
+typedef struct pf_cursor {
+    const kvc_stream *st;
+    const req_state *r;
+    int item, end; /* the item the cursor is in, the part's end */
+    int step;      /* within the item: K ranges 0..nr-1, then V ranges nr..2nr-1 */
+} pf_cursor;
+
+static int item_scattered(const item *it) { return it->nr > 1; }
+
+/* Prefetches the range at the cursor and moves it one range on (nothing
+ * once it has passed the part's last scattered item). */
+static void pf_advance(pf_cursor *pc) {
+    for (; pc->item < pc->end; pc->item++, pc->step = 0) {
+        const item *it = &pc->r->items[pc->item];
+        if (!item_scattered(it) || pc->step >= 2 * it->nr) continue;
+        const kvc_chunk *c = chunk_at(pc->st, it->ci);
+        int v = pc->step >= it->nr;
+        const kvc_range *rg = pc->r->ranges + it->r0 + pc->step - (v ? it->nr : 0);
+        kvc_codec_prefetch_ranges(v ? &c->vc : &c->kc, v ? c->vb : c->kb, rg, 1);
+        pc->step++;
+        return;
+    }
 }
 
-/* s[g*TILE + j] = q_g · k_j over the item's ranges, prefetching ahead. */
-static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float *q, int ldq, int G, float *s) {
-    if (nr <= 1 || !c->kc.ops->prefetch) {
+static void pf_start(pf_cursor *pc, const kvc_stream *st, const req_state *r, int item0, int item1) {
+    *pc = (pf_cursor){st, r, item0, item1, 0};
+    for (int i = 0; i < PF_STEPS; i++) pf_advance(pc);
+}
+
+/* s[g*TILE + j] = q_g · k_j over the item's ranges, the cursor one range on per range. */
+static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float *q, int ldq, int G, float *s,
+                    pf_cursor *pc) {
+    if (nr <= 1) {
         kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, nr, s, TILE);
         return;
     }
     for (int i = 0; i < nr; s += r[i].end - r[i].begin, i++) {
-        if (i + PF_RANGES < nr) prefetch_kv(c, r + i + PF_RANGES, 1);
+        pf_advance(pc);
         kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r + i, 1, s, TILE);
+    }
+}
+
+/* o += p · v over the item's ranges, the cursor one range on per range. */
+static void item_pv(const kvc_chunk *c, const kvc_range *r, int nr, const float *p, int G, float *o, int ldo,
+                    pf_cursor *pc) {
+    if (nr <= 1) {
+        kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, r, nr, o, ldo);
+        return;
+    }
+    for (int i = 0; i < nr; p += r[i].end - r[i].begin, i++) {
+        pf_advance(pc);
+        kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, r + i, 1, o, ldo);
     }
 }
 
 /* One item: qk, mask, online softmax update of acc (dimension dim), pv. */
 static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, const float *q,
-                     int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw) {
+                     int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw, pf_cursor *pc) {
     int n = it->n;
     const kvc_range *r = rs + it->r0;
-    item_qk(c, r, it->nr, q, ldq, G, s);
+    item_qk(c, r, it->nr, q, ldq, G, s, pc);
     if (c->dead) {
         int j = 0;
         for (int i = 0; i < it->nr; i++)
@@ -202,7 +244,9 @@ static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, co
         }
         acc[G + g] += kvc_softmax_k.exp_sum(sg, n, m);
     }
-    if (any) kvc_codec_pv_ranges(&c->vc, c->vb, s, G, TILE, r, it->nr, acc + 2 * G, dim);
+    if (any) item_pv(c, r, it->nr, s, G, acc + 2 * G, dim, pc);
+    else /* the ranges are skipped: so are their V lines */
+        for (int i = 0; i < it->nr && item_scattered(it); i++) pf_advance(pc);
 }
 
 static void run_part(void *ctx, int task, int thread) {
@@ -220,6 +264,8 @@ static void run_part(void *ctx, int task, int thread) {
     float *gacc = t->gacc;
     int dv = 0;
     float *sraw = rq->want_attn ? r->sraw : NULL;
+    pf_cursor pc;
+    pf_start(&pc, st, r, pt->item0, pt->item1);
     for (int i = pt->item0; i < pt->item1; i++) {
         const item *it = &r->items[i];
         if (it->group != grp) {
@@ -235,16 +281,11 @@ static void run_part(void *ctx, int task, int thread) {
             }
         }
         const kvc_chunk *c = chunk_at(st, it->ci);
-        if (i + 1 < pt->item1 && r->items[i + 1].nr > 1) { /* scattered ranges: load the next item early */
-            const item *nx = &r->items[i + 1];
-            const kvc_chunk *nc = chunk_at(st, nx->ci);
-            prefetch_kv(nc, r->ranges + nx->r0, nx->nr < PF_RANGES ? nx->nr : PF_RANGES);
-        }
         if (grp >= 0)
             run_item(c, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k, G,
-                     gacc, dv, t->s, sraw, r->n_tokens);
+                     gacc, dv, t->s, sraw, r->n_tokens, &pc);
         else
-            run_item(c, it, r->ranges, r->qs, d, G, pacc, d, t->s, sraw, r->n_tokens);
+            run_item(c, it, r->ranges, r->qs, d, G, pacc, d, t->s, sraw, r->n_tokens, &pc);
     }
     if (grp >= 0) {
         r->groups[grp].xf->ops->finish_out(r->groups[grp].xf, gacc + 2 * G, G, dv, t->tmp, d);
