@@ -151,7 +151,7 @@ static void acc_merge(float *acc, int G, int dim, const float *m2, const float *
  * prefetch cursor walks that order PF_STEPS ranges ahead of the kernels and
  * asks for one range each time the kernels finish one, so that the loads stay
  * in flight at a steady distance and come in even portions between the
- * kernels' work (docs/benchmarks.md, "The attention's prefetch as a cursor").
+ * kernels' work (docs/benchmarks.md, "Prefetch that keeps pace").
  * Items of one contiguous range stream, and the kernels prefetch them. */
 enum { PF_STEPS = 16 };
 

@@ -11,8 +11,7 @@
  * for the lines. So the block PF_BLOCKS ahead is prefetched a line at a time,
  * spread evenly over all the passes of this block, which keeps a few misses in
  * flight while the arithmetic runs (blocks from memory: 0.7-0.8x the time
- * per block; docs/benchmarks.md, "The bound kernel's prefetch spread over its
- * passes"). */
+ * per block; docs/benchmarks.md, "Prefetch that keeps pace"). */
 #include <immintrin.h>
 
 #include "kernels/avx2/kv_avx2_util.h"
