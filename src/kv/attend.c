@@ -245,8 +245,8 @@ static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, co
         acc[G + g] += kvc_softmax_k.exp_sum(sg, n, m);
     }
     if (any) item_pv(c, r, it->nr, s, G, acc + 2 * G, dim, pc);
-    else /* the ranges are skipped: so are their V lines */
-        for (int i = 0; i < it->nr && item_scattered(it); i++) pf_advance(pc);
+    else if (item_scattered(it)) /* no pv: the cursor still passes the V ranges, to stay ahead */
+        for (int i = 0; i < it->nr; i++) pf_advance(pc);
 }
 
 static void run_part(void *ctx, int task, int thread) {
