@@ -184,28 +184,21 @@ static void pf_start(pf_cursor *pc, const kvc_stream *st, const req_state *r, in
     for (int i = 0; i < PF_STEPS; i++) pf_advance(pc);
 }
 
-/* s[g*TILE + j] = q_g · k_j over the item's ranges, the cursor one range on per range. */
+/* s[g*TILE + j] = q_g · k_j over the item's ranges; scattered ones move the
+ * cursor one range on per range. */
 static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float *q, int ldq, int G, float *s,
                     pf_cursor *pc) {
-    if (nr <= 1) {
-        kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, nr, s, TILE);
-        return;
-    }
     for (int i = 0; i < nr; s += r[i].end - r[i].begin, i++) {
-        pf_advance(pc);
+        if (nr > 1) pf_advance(pc);
         kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r + i, 1, s, TILE);
     }
 }
 
-/* o += p · v over the item's ranges, the cursor one range on per range. */
+/* o += p · v over the item's ranges, moving the cursor as item_qk does. */
 static void item_pv(const kvc_chunk *c, const kvc_range *r, int nr, const float *p, int G, float *o, int ldo,
                     pf_cursor *pc) {
-    if (nr <= 1) {
-        kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, r, nr, o, ldo);
-        return;
-    }
     for (int i = 0; i < nr; p += r[i].end - r[i].begin, i++) {
-        pf_advance(pc);
+        if (nr > 1) pf_advance(pc);
         kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, r + i, 1, o, ldo);
     }
 }

@@ -30,11 +30,12 @@ typedef struct {
     int every, left;
 } spread_pf;
 
-static inline spread_pf spread_for(const void *ahead, size_t bytes, int passes, int dim) {
-    size_t lines = (bytes + 63) / 64, steps = (size_t)passes * dim;
-    int every = (int)((steps + lines - 1) / lines); /* >= 1: at most `lines` prefetches */
-    spread_pf s = {(const char *)ahead, (const char *)ahead + bytes, every, every};
-    return s;
+/* Channel steps per prefetched line for blocks of `bytes` scored in
+ * ceil(G / HG) passes over dim channels (once per call: it is the same for
+ * every block); >= 1, so at most the block's lines are asked for. */
+static int spread_every(size_t bytes, int G, int dim) {
+    size_t lines = (bytes + 63) / 64, steps = (size_t)((G + HG - 1) / HG) * dim;
+    return (int)((steps + lines - 1) / lines);
 }
 
 ALWAYS_INLINE void spread_step(spread_pf *s) {
@@ -105,32 +106,38 @@ ALWAYS_INLINE void block_heads(const void *b, int dim, const float *qpm, int hg,
     }
 }
 
-/* The best of all G heads over one block of `bytes`, per lane, into
- * best[0..1], prefetching the block at `ahead` (NULL: none). */
-ALWAYS_INLINE void block_best_pf(const void *b, size_t bytes, const void *ahead, int dim, const float *qpm, int G,
-                                 __m256 best[2], const int Q8, const int PF) {
-    spread_pf pf = spread_for(ahead, bytes, (G + HG - 1) / HG, dim);
+/* The best of all G heads over one block, per lane, into best[0..1]; with
+ * PF, prefetching the block ahead as pf says. */
+ALWAYS_INLINE void block_best_pf(const void *b, int dim, const float *qpm, int G, __m256 best[2], spread_pf *pf,
+                                 const int Q8, const int PF) {
     best[0] = best[1] = _mm256_setzero_ps();
     for (int g0 = 0; g0 < G; g0 += HG) {
         const float *q = qpm + (size_t)g0 * 2 * dim;
-        if (G - g0 >= 2) block_heads(b, dim, q, 2, best, g0 == 0, &pf, Q8, PF);
-        else block_heads(b, dim, q, 1, best, g0 == 0, &pf, Q8, PF);
+        if (G - g0 >= 2) block_heads(b, dim, q, 2, best, g0 == 0, pf, Q8, PF);
+        else block_heads(b, dim, q, 1, best, g0 == 0, pf, Q8, PF);
     }
 }
 
-ALWAYS_INLINE void block_best(const void *b, size_t bytes, const void *ahead, int dim, const float *qpm, int G,
-                              __m256 best[2], const int Q8) {
-    if (ahead) block_best_pf(b, bytes, ahead, dim, qpm, G, best, Q8, 1);
-    else block_best_pf(b, bytes, b, dim, qpm, G, best, Q8, 0);
+/* The same, prefetching the block of `bytes` at `ahead` (NULL: none), a line
+ * every `every` channel steps (spread_every). */
+ALWAYS_INLINE void block_best(const void *b, size_t bytes, const void *ahead, int every, int dim, const float *qpm,
+                              int G, __m256 best[2], const int Q8) {
+    if (ahead) {
+        spread_pf pf = {(const char *)ahead, (const char *)ahead + bytes, every, every};
+        block_best_pf(b, dim, qpm, G, best, &pf, Q8, 1);
+    } else {
+        block_best_pf(b, dim, qpm, G, best, NULL, Q8, 0);
+    }
 }
 
 static void minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float *qpm, int G, float *out) {
     size_t bstride = (size_t)dim * 2 * KVC_MM_LANES;
+    int every = spread_every(bstride * sizeof(kvc_f16), G, dim);
     for (int u0 = 0; u0 < n; u0 += KVC_MM_LANES) {
         __m256 best[2];
         const kvc_f16 *b = blocks + (size_t)(u0 / KVC_MM_LANES) * bstride;
         const kvc_f16 *ahead = u0 + PF_BLOCKS * KVC_MM_LANES < n ? b + PF_BLOCKS * bstride : NULL;
-        block_best(b, bstride * sizeof *b, ahead, dim, qpm, G, best, 0);
+        block_best(b, bstride * sizeof *b, ahead, every, dim, qpm, G, best, 0);
         kvc_store16_avx2(out + u0, best[0], best[1], n - u0);
     }
 }
@@ -138,10 +145,11 @@ static void minmax_score_avx2(const kvc_f16 *blocks, int n, int dim, const float
 /* q8 blocks: whole blocks of 16 units (minmax_block.h). */
 static void minmax_score_q8_avx2(const uint8_t *blocks, int nb, int dim, const float *qpm, int G, float *out) {
     size_t bsz = kvc_mm_q8_bytes(dim);
+    int every = spread_every(bsz, G, dim);
     for (int k = 0; k < nb; k++) {
         __m256 best[2];
         const uint8_t *b = blocks + (size_t)k * bsz;
-        block_best(b, bsz, k + PF_BLOCKS < nb ? b + PF_BLOCKS * bsz : NULL, dim, qpm, G, best, 1);
+        block_best(b, bsz, k + PF_BLOCKS < nb ? b + PF_BLOCKS * bsz : NULL, every, dim, qpm, G, best, 1);
         _mm256_storeu_ps(out + (size_t)k * KVC_MM_LANES, best[0]);
         _mm256_storeu_ps(out + (size_t)k * KVC_MM_LANES + 8, best[1]);
     }
