@@ -77,7 +77,7 @@ static void check_qk(const kcase *k, void *kb, const float *q) {
                     mag += fabs(qh[c] * kv);
                 }
                 float r = s_ref[h * KVC_QUANT_MAX_N + j - j0], a = s_act[h * KVC_QUANT_MAX_N + j - j0];
-                double bound = qmax * smax / KVC_IQ_QMAX / 2.0 * codes * 1.0001 + 1e-5 * mag + 1e-6;
+                double bound = qmax * smax / kvc_iq_query_max(k->bits) / 2.0 * codes * 1.0001 + 1e-5 * mag + 1e-6;
                 if (fabs(r - exact) > bound || fabs(a - r) > 1e-5 * cmag + 1e-6 * fabs(r) + 1e-6)
                     fail_msg("qk bits %d group %d dim %d n %d G %d tile %d [%d,%d) head %d token %d: "
                              "ref %g exact %g (bound %g) active %g",

@@ -52,10 +52,17 @@ static kvc_cache *make(const char *spec, int max_tokens, kvc_pool *pool) {
     return c;
 }
 
-static const double FLOAT_TOL = 2e-5, INT_TOL = 0.05;
+/* The integer kernels round the query (keys) and the weights p * s (values):
+ * with 4-bit keys the query has 15 bits and the output moves by up to 2-3%
+ * of its magnitude on these keys; 1- and 2-bit keys take a one-byte query
+ * (kv/codec/iquant.h), which moves it by up to 7% here. The per-score bound
+ * of that rounding is checked in test_iquant; eval kl on both models did not
+ * move with it (docs/benchmarks.md "A one-byte query for 1- and 2-bit
+ * keys"). A wrong kernel is off by the order of the output itself. */
+static const double FLOAT_TOL = 2e-5, INT_TOL = 0.05, NARROW_TOL = 0.10;
 
 static void expect_close(const float *a, const float *ref, int n, double tol, const char *what) {
-    if (tol == INT_TOL) { /* relative error of the whole output */
+    if (tol >= INT_TOL) { /* relative error of the whole output */
         double e = 0, m = 0;
         for (int i = 0; i < n; i++) e += fabs((double)a[i] - ref[i]), m += fabs(ref[i]);
         if (!(e <= tol * m)) fail_msg("%s: mean error %g of mean magnitude %g", what, e / n, m / n);
@@ -102,12 +109,12 @@ static void check_matches_reference(const char *spec, int n_prefill, int n_decod
 
 static void test_kivi_matches_reference(void **state) {
     (void)state;
-    check_matches_reference("kivi:bits=2", 700, 150, INT_TOL);
+    check_matches_reference("kivi:bits=2", 700, 150, NARROW_TOL);
     check_matches_reference("kivi:bits=3,group=32,window=16", 333, 100, FLOAT_TOL);
     check_matches_reference("kivi:bits=4,group=64,window=0", 500, 70, INT_TOL);
     check_matches_reference("kivi:bits=4,group=24,window=0", 500, 70, FLOAT_TOL);
-    check_matches_reference("kivi:bits=1,group=16", 100, 40, INT_TOL);
-    check_matches_reference("kivi:bits=2+rot", 700, 150, INT_TOL);
+    check_matches_reference("kivi:bits=1,group=16", 100, 40, NARROW_TOL);
+    check_matches_reference("kivi:bits=2+rot", 700, 150, NARROW_TOL);
     check_matches_reference("kivi:bits=3,group=32,window=16+rot", 333, 100, FLOAT_TOL);
 }
 
@@ -128,9 +135,10 @@ static void test_kvmix_matches_reference(void **state) {
     write_profile(NL, 3, 4, 0.2f);
     char spec[160];
     snprintf(spec, sizeof spec, "kvmix:profile=%s", profile_path);
-    check_matches_reference(spec, 600, 200, INT_TOL); /* 3-bit layers float, 4-bit integer */
+    /* 3-bit layers float, 2- and 4-bit integer */
+    check_matches_reference(spec, 600, 200, NARROW_TOL);
     snprintf(spec, sizeof spec, "kvmix:profile=%s,rpc=step,group=16", profile_path);
-    check_matches_reference(spec, 300, 100, INT_TOL);
+    check_matches_reference(spec, 300, 100, NARROW_TOL);
     unlink(profile_path);
 }
 

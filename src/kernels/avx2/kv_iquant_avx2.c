@@ -2,7 +2,8 @@
  * structure (kv_iquant_avx512.c) on 8 lanes, with vpmaddubsw (u8 x s8 pairs
  * into i16) summed over a word's 8/bits shift-and-mask steps in i16 and one
  * vpmaddwd per word instead of vpdpbusd (for the key's two query halves, the
- * high one's against 256s: both land in one i32 accumulator). The i16 sums stay far
+ * high one's against 256s: both land in one i32 accumulator; 1- and 2-bit
+ * keys have the one-byte query and take only the low half). The i16 sums stay far
  * from saturation: at most 8/bits x 2 x 255 x (2^bits - 1) <= 15300 for the
  * u8 weights, 8/bits x 2 x 127 x (2^bits - 1) <= 7620 for the query halves. */
 #include <immintrin.h>
@@ -41,9 +42,10 @@ static inline uint64_t pack_u8(__m256i v) {
  * are zeroed once by the caller): Q = round(xq * scn) with xq = q * QMAX /
  * qmax (per call) and scn = s / smax (per tile), the values of
  * kvc_iq_query_ref (|Q| <= QMAX without a clamp); ok = 0 gives a zero query.
+ * narrow: QMAX = KVC_IQ_QMAX_NARROW, so hi = 0 and lo = Q with no split.
  * Returns the constant term sum_c q_c m_c. */
 static float query_tile(const float *q, const float *xq, const float *scn, const kvc_f16 *mins, int dim, int ok,
-                        int8_t *hi, int8_t *lo) {
+                        int narrow, int8_t *hi, int8_t *lo) {
     __m256 ct = _mm256_setzero_ps();
     const __m256i half = _mm256_set1_epi16(128), order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int c = 0; c < dim; c += 16) { /* dim is a multiple of 16 (iquant.h) */
@@ -60,8 +62,8 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
              * l(8-11), and h(4-7) h(12-15) l(4-7) l(12-15): `order` puts the
              * 16 hi bytes, then the 16 lo bytes, in channel order. */
             __m256i w = _mm256_packs_epi32(v0, v1);
-            __m256i h = _mm256_srai_epi16(_mm256_add_epi16(w, half), 8);
-            __m256i l = _mm256_sub_epi16(w, _mm256_slli_epi16(h, 8));
+            __m256i h = narrow ? _mm256_setzero_si256() : _mm256_srai_epi16(_mm256_add_epi16(w, half), 8);
+            __m256i l = narrow ? w : _mm256_sub_epi16(w, _mm256_slli_epi16(h, 8));
             b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(h, l), order);
         }
         _mm_storeu_si128((__m128i *)(hi + c), _mm256_castsi256_si128(b));
@@ -75,12 +77,14 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
  * weighted 256 by vpmaddwd, the lo half's 1), the word's nk code vectors
  * when they fit (bits 2 and 4; 1-bit codes are re-extracted per head), and
  * the two i16 sums of the head in progress: 14 of the 16 YMM registers for
- * 3 heads, where keeping hi and lo apart for all heads at once spilled. */
+ * 3 heads, where keeping hi and lo apart for all heads at once spilled.
+ * 1- and 2-bit tiles have the narrow query (kvc_iq_query_max): hi is zero,
+ * so only the lo half's dot products are taken, half the vpmaddubsw. */
 static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                            const float *alpha, const float *cterm,
                                                            int j0, int j1, float *s, int lds,
                                                            const int BITS, const int NH) {
-    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), keep = nk <= 4;
+    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), keep = nk <= 4, wide = BITS > 2;
     const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1),
                   w256 = _mm256_set1_epi16(256);
     for (int first = j0 - j0 % 8; first < j1; first += 8) {
@@ -101,10 +105,12 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
                 #pragma GCC unroll 8
                 for (int k = 0; k < nk; k++) {
                     __m256i c = keep ? cc[k] : _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
-                    sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(c, _mm256_set1_epi32(qh[h][w * nk + k])));
+                    if (wide) sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(c, _mm256_set1_epi32(qh[h][w * nk + k])));
                     sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(c, _mm256_set1_epi32(ql[h][w * nk + k])));
                 }
-                acc[h] = _mm256_add_epi32(acc[h], _mm256_add_epi32(_mm256_madd_epi16(sh, w256), _mm256_madd_epi16(sl, ones)));
+                __m256i d = _mm256_madd_epi16(sl, ones);
+                if (wide) d = _mm256_add_epi32(d, _mm256_madd_epi16(sh, w256));
+                acc[h] = _mm256_add_epi32(acc[h], d);
             }
         }
         int a, e;
@@ -146,7 +152,9 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
     const int dim = tiles[0].dim, group = tiles[0].n;
     int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
     float xq[4][KVC_IQ_MAX_DIM], scn[KVC_IQ_MAX_DIM];
-    int width = kvc_iq_kwords(tiles[0].bits, dim) * kvc_iq_cpw(tiles[0].bits); /* query bytes the words read */
+    const int bits = tiles[0].bits, narrow = kvc_iq_query_max(bits) == KVC_IQ_QMAX_NARROW;
+    const float qlim = (float)kvc_iq_query_max(bits);
+    int width = kvc_iq_kwords(bits, dim) * kvc_iq_cpw(bits); /* query bytes the words read */
     for (int h = 0; h < 4 && width > dim; h++) { /* beyond dim (1-bit words of 32 channels): zero */
         memset((int8_t *)qh[h] + dim, 0, (size_t)(width - dim));
         memset((int8_t *)ql[h] + dim, 0, (size_t)(width - dim));
@@ -160,9 +168,9 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
             for (int c = 0; c < dim; c += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(qv + c)));
             float qmax = hmax(m);
             qok[h] = qmax > 0.0f && isfinite(qmax);
-            __m256 qn = _mm256_set1_ps(qok[h] ? (float)KVC_IQ_QMAX / qmax : 0.0f);
+            __m256 qn = _mm256_set1_ps(qok[h] ? qlim / qmax : 0.0f);
             for (int c = 0; c < dim; c += 8) _mm256_storeu_ps(xq[h] + c, _mm256_mul_ps(_mm256_loadu_ps(qv + c), qn));
-            qa[h] = qok[h] ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
+            qa[h] = qok[h] ? qmax * (1.0f / qlim) : 0.0f;
         }
         for (int i = 0; i < nt; i++) {
             const kvc_iq_ktile *t = &tiles[i];
@@ -176,7 +184,7 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
             for (int h = 0; h < nh; h++) {
                 int ok = sok && qok[h];
                 alpha[h] = ok ? qa[h] * smax : 0.0f;
-                cterm[h] = query_tile(q + (size_t)(h0 + h) * ldq, xq[h], scn, t->mins, dim, ok, (int8_t *)qh[h],
+                cterm[h] = query_tile(q + (size_t)(h0 + h) * ldq, xq[h], scn, t->mins, dim, ok, narrow, (int8_t *)qh[h],
                                       (int8_t *)ql[h]);
             }
             qk_heads(t, (const int32_t(*)[QMAX / 4])qh, (const int32_t(*)[QMAX / 4])ql, alpha, cterm,

@@ -220,6 +220,9 @@ static void fold_tile(const kvc_iq_ktile *t, const float *q, int ldq, const floa
 static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, int G, int j0, int j1,
                       float *s, int lds) {
     const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
+    /* the narrow query of 1- and 2-bit tiles (kvc_iq_query_max) makes every
+     * hi byte 0 and lo = Q; this kernel still takes both dot products */
+    const float qlim = (float)kvc_iq_query_max(tiles[0].bits);
     qk_fold fold[2];
     float xq[4][KVC_IQ_MAX_DIM];
     const __m512i ilo = _mm512_loadu_si512(idx_lo), ihi = _mm512_loadu_si512(idx_hi);
@@ -235,9 +238,9 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
             for (int i = 0; i < nv; i++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(qv + 16 * i)));
             float qmax = _mm512_reduce_max_ps(m);
             qok[h] = qmax > 0.0f && isfinite(qmax);
-            __m512 qn = _mm512_set1_ps(qok[h] ? (float)KVC_IQ_QMAX / qmax : 0.0f);
+            __m512 qn = _mm512_set1_ps(qok[h] ? qlim / qmax : 0.0f);
             for (int i = 0; i < nv; i++) _mm512_storeu_ps(xq[h] + 16 * i, _mm512_mul_ps(_mm512_loadu_ps(qv + 16 * i), qn));
-            qa[h] = qok[h] ? qmax * (1.0f / (float)KVC_IQ_QMAX) : 0.0f;
+            qa[h] = qok[h] ? qmax * (1.0f / qlim) : 0.0f;
         }
         if (first > last) continue;
         fold_tile(&tiles[first], qg, ldq, (const float(*)[KVC_IQ_MAX_DIM])xq, qa, qok, nh, ilo, ihi, &fold[first & 1]);

@@ -349,21 +349,23 @@ float kvc_iq_tile_smax(const kvc_f16 *scales, int dim) {
     return smax;
 }
 
-float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo) {
+float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int bits, int8_t *hi,
+                       int8_t *lo) {
     float smax = kvc_iq_tile_smax(scales, dim);
     size_t width = ((size_t)dim + 31) / 32 * 32; /* padded to the widest word (1 bit: 32 channels) */
     memset(hi, 0, width);
     memset(lo, 0, width);
     if (!(qmax > 0.0f) || !isfinite(qmax) || !(smax > 0.0f) || !isfinite(smax)) return 0.0f;
-    float qn = (float)KVC_IQ_QMAX / qmax, inv_s = 1.0f / smax;
+    const long qlim = kvc_iq_query_max(bits);
+    float qn = (float)qlim / qmax, inv_s = 1.0f / smax;
     for (int c = 0; c < dim; c++) {
         long v = lrintf((q[c] * qn) * (kvc_f16_to_f32(scales[c]) * inv_s));
-        v = v > KVC_IQ_QMAX ? KVC_IQ_QMAX : v < -KVC_IQ_QMAX ? -KVC_IQ_QMAX : v;
+        v = v > qlim ? qlim : v < -qlim ? -qlim : v;
         long h = (v + 128 + 256 * 256) / 256 - 256; /* floor((v + 128) / 256) */
         hi[c] = (int8_t)h;
         lo[c] = (int8_t)(v - 256 * h);
     }
-    return qmax * (1.0f / (float)KVC_IQ_QMAX) * smax;
+    return qmax * (1.0f / (float)qlim) * smax;
 }
 
 static void qk_ref(const kvc_iq_ktile *t, int nt, const float *q, int ldq, int G, int j0, int j1, float *s,
@@ -376,7 +378,7 @@ static void qk_ref(const kvc_iq_ktile *t, int nt, const float *q, int ldq, int G
         for (int i = 0; i < nt; i++) {
             int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t[i].n ? j1 : tb + t[i].n;
             if (a >= e) continue;
-            float alpha = kvc_iq_query_ref(qh, qmax, t[i].scales, t[i].dim, hi, lo);
+            float alpha = kvc_iq_query_ref(qh, qmax, t[i].scales, t[i].dim, t[i].bits, hi, lo);
             float cterm = 0.0f;
             for (int c = 0; c < t[i].dim; c++) cterm += qh[c] * kvc_f16_to_f32(t[i].mins[c]);
             for (int j = a; j < e; j++) {

@@ -109,19 +109,30 @@ void kvc_iq_register_avx2(kvc_iq_kernels *k);
 void kvc_iq_register_avx512(kvc_iq_kernels *k);
 
 /* The integer query of one head for one tile, given qmax = max_c |q_c| of
- * the head (kvc_iq_qmax): smax = max_c s_c, Q_c = round((q_c (QMAX / qmax))
- * (s_c (1 / smax))) (|Q_c| <= QMAX: both factors are at most 1 up to
- * rounding), hi[c] = floor((Q_c + 128) / 256), lo[c] = Q_c -
- * 256 hi[c] for c < dim (0 beyond, up to a multiple of 32); returns alpha =
- * (qmax * (1 / QMAX)) * smax (0, with zero halves, when q or the scales are
- * all zero or not finite). The SIMD kernels compute the same values: the
- * same float operations in the same order, one rounding. */
-enum { KVC_IQ_QMAX = 32512 }; /* 127 * 256 */
+ * the head (kvc_iq_qmax) and QMAX = kvc_iq_query_max(bits): smax = max_c s_c,
+ * Q_c = round((q_c (QMAX / qmax)) (s_c (1 / smax))) (|Q_c| <= QMAX: both
+ * factors are at most 1 up to rounding), hi[c] = floor((Q_c + 128) / 256),
+ * lo[c] = Q_c - 256 hi[c] for c < dim (0 beyond, up to a multiple of 32);
+ * returns alpha = (qmax * (1 / QMAX)) * smax (0, with zero halves, when q or
+ * the scales are all zero or not finite). The SIMD kernels compute the same
+ * values: the same float operations in the same order, one rounding.
+ *
+ * The query's precision follows the codes' (docs/methods.md "kivi", "The
+ * integer query"): 15 bits (two int8 halves, two dot products per code) for
+ * 4-bit keys, 8 bits (hi = 0: one int8 dot product) for 1- and 2-bit keys,
+ * whose own rounding error is 5x and more the query's. All tiles of one
+ * kernel call have the same bits. */
+enum {
+    KVC_IQ_QMAX_WIDE = 32512, /* 127 * 256 */
+    KVC_IQ_QMAX_NARROW = 127,
+};
+static inline int kvc_iq_query_max(int bits) { return bits <= 2 ? KVC_IQ_QMAX_NARROW : KVC_IQ_QMAX_WIDE; }
 float kvc_iq_qmax(const float *q, int dim);
 /* max_c s_c of a key tile's scales (the loop of kvc_iq_query_ref), what the encoder stores
  * per tile beside 1 / smax so that the kernels need no reduction per tile. */
 float kvc_iq_tile_smax(const kvc_f16 *scales, int dim);
-float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int8_t *hi, int8_t *lo);
+float kvc_iq_query_ref(const float *q, float qmax, const kvc_f16 *scales, int dim, int bits, int8_t *hi,
+                       int8_t *lo);
 
 /* Views of an iq_k blob's tile t and of an iq_v blob (kernels' tests). */
 kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t);
