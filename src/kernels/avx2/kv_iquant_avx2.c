@@ -16,6 +16,12 @@
 
 enum { QMAX = KVC_IQ_MAX_DIM + 64, PF = 2048, PF_PARAM = 512 /* tokens */ };
 
+/* Query heads per pass of the key kernel: up to 6 share one extraction of
+ * each code word (6 accumulators, up to 4 code vectors and the sums of the
+ * head in progress fit the 16 YMM registers); more heads take balanced
+ * passes (G 7: 4 + 3, G 8: 4 + 4). */
+enum { QK_MAXH = 6 };
+
 static inline int lanes8(int first, int lo, int hi, int *a, int *b) {
     *a = lo - first < 0 ? 0 : lo - first;
     *b = hi - first > 8 ? 8 : hi - first;
@@ -76,8 +82,9 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
  * Registers: one i32 accumulator per head (the hi half's i16 pair sums
  * weighted 256 by vpmaddwd, the lo half's 1), the word's nk code vectors
  * when they fit (bits 2 and 4; 1-bit codes are re-extracted per head), and
- * the two i16 sums of the head in progress: 14 of the 16 YMM registers for
- * 3 heads, where keeping hi and lo apart for all heads at once spilled.
+ * the two i16 sums of the head in progress: at most 14 of the 16 YMM
+ * registers for 6 heads, where keeping hi and lo apart for all heads at once
+ * spilled.
  * 1- and 2-bit tiles have the narrow query (kvc_iq_query_max): hi is zero,
  * so only the lo half's dot products are taken, half the vpmaddubsw. */
 static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
@@ -89,8 +96,8 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
                   w256 = _mm256_set1_epi16(256);
     for (int first = j0 - j0 % 8; first < j1; first += 8) {
         int b = first / KVC_IQ_KBLOCK, half = (first % KVC_IQ_KBLOCK) / 8;
-        __m256i acc[4];
-        #pragma GCC unroll 4
+        __m256i acc[QK_MAXH];
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
         const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK + half * 8;
         for (int w = 0; w < kw; w++) {
@@ -99,7 +106,7 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
             #pragma GCC unroll 4
             for (int k = 0; k < 4; k++)
                 if (keep && k < nk) cc[k] = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
-            #pragma GCC unroll 4
+            #pragma GCC unroll 8
             for (int h = 0; h < NH; h++) {
                 __m256i sh = _mm256_setzero_si256(), sl = _mm256_setzero_si256();
                 #pragma GCC unroll 8
@@ -119,7 +126,7 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
          * kernel's samples behind it): only the ragged ends take it */
         const int whole = a == 0 && e == 8;
         const __m256i m = whole ? _mm256_setzero_si256() : kvc_lanes8_avx2(a, e);
-        #pragma GCC unroll 4
+        #pragma GCC unroll 8
         for (int h = 0; h < NH; h++) {
             __m256 f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[h]), _mm256_set1_ps(alpha[h]),
                                        _mm256_set1_ps(cterm[h]));
@@ -136,7 +143,9 @@ static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const
     case 1: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 1); break;            \
     case 2: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 2); break;            \
     case 3: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 3); break;            \
-    default: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 4); break;           \
+    case 4: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 4); break;            \
+    case 5: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 5); break;            \
+    default: qk_block(t, qh, ql, alpha, cterm, j0, j1, s, lds, BITS, 6); break;           \
     }
     switch (t->bits) {
     case 1: QK_NH(1); break;
@@ -150,18 +159,19 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
                     float *s, int lds) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     const int dim = tiles[0].dim, group = tiles[0].n;
-    int32_t qh[4][QMAX / 4], ql[4][QMAX / 4];
-    float xq[4][KVC_IQ_MAX_DIM], scn[KVC_IQ_MAX_DIM];
+    int32_t qh[QK_MAXH][QMAX / 4], ql[QK_MAXH][QMAX / 4];
+    float xq[QK_MAXH][KVC_IQ_MAX_DIM], scn[KVC_IQ_MAX_DIM];
     const int bits = tiles[0].bits, narrow = kvc_iq_query_max(bits) == KVC_IQ_QMAX_NARROW;
     const float qlim = (float)kvc_iq_query_max(bits);
     int width = kvc_iq_kwords(bits, dim) * kvc_iq_cpw(bits); /* query bytes the words read */
-    for (int h = 0; h < 4 && width > dim; h++) { /* beyond dim (1-bit words of 32 channels): zero */
+    for (int h = 0; h < QK_MAXH && width > dim; h++) { /* beyond dim (1-bit words of 32 channels): zero */
         memset((int8_t *)qh[h] + dim, 0, (size_t)(width - dim));
         memset((int8_t *)ql[h] + dim, 0, (size_t)(width - dim));
     }
-    for (int h0 = 0; h0 < G; h0 += 4) {
-        int nh = G - h0 < 4 ? G - h0 : 4, qok[4];
-        float qa[4];
+    const int passes = (G + QK_MAXH - 1) / QK_MAXH, step = (G + passes - 1) / passes;
+    for (int h0 = 0; h0 < G; h0 += step) {
+        int nh = G - h0 < step ? G - h0 : step, qok[QK_MAXH];
+        float qa[QK_MAXH];
         for (int h = 0; h < nh; h++) { /* per call: max |q|, the query scaled to QMAX */
             const float *qv = q + (size_t)(h0 + h) * ldq;
             __m256 m = _mm256_setzero_ps();
@@ -180,7 +190,7 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
             int sok = smax > 0.0f && isfinite(smax);
             __m256 inv_s = _mm256_set1_ps(t->inv_smax);
             for (int c = 0; c < dim; c += 8) _mm256_storeu_ps(scn + c, _mm256_mul_ps(kvc_load_f16x8(t->scales + c), inv_s));
-            float alpha[4], cterm[4];
+            float alpha[QK_MAXH], cterm[QK_MAXH];
             for (int h = 0; h < nh; h++) {
                 int ok = sok && qok[h];
                 alpha[h] = ok ? qa[h] * smax : 0.0f;

@@ -117,11 +117,12 @@ void kvc_iq_register_avx512(kvc_iq_kernels *k);
  * the scales are all zero or not finite). The SIMD kernels compute the same
  * values: the same float operations in the same order, one rounding.
  *
- * The query's precision follows the codes' (docs/methods.md "kivi", "The
- * integer query"): 15 bits (two int8 halves, two dot products per code) for
- * 4-bit keys, 8 bits (hi = 0: one int8 dot product) for 1- and 2-bit keys,
- * whose own rounding error is 5x and more the query's. All tiles of one
- * kernel call have the same bits. */
+ * The query's precision follows the codes' (docs/design-kv.md "Integer
+ * KIVI / KVmix codecs"): 15 bits (two int8 halves, two dot products per
+ * code) for 4-bit keys, one byte (|Q| <= 127, hi = 0: one dot product) for
+ * 1- and 2-bit keys, whose codes round far more coarsely (a 2-bit code to
+ * 1/6 of its channel's range, the query to 1/254 of its largest element).
+ * All tiles of one kernel call have the same bits. */
 enum {
     KVC_IQ_QMAX_WIDE = 32512, /* 127 * 256 */
     KVC_IQ_QMAX_NARROW = 127,
