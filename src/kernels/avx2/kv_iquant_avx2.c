@@ -321,7 +321,8 @@ static void pv_avx2(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j
     pv_state st;
     for (int h0 = 0; h0 < G; h0 += PV_NH) {
         int nh = G - h0 < PV_NH ? G - h0 : PV_NH;
-        memset(st.mt, 0, sizeof st.mt);
+        for (int h = 0; h < nh; h++) /* the groups in use only: all of st.mt is 2 KiB per call */
+            memset(st.mt[h], 0, sizeof st.mt[h][0] * (size_t)ng);
         float *ob = o + (size_t)h0 * ldo;
         for (int blk = j0 - j0 % KVC_IQ_VBLOCK; blk < j1; blk += KVC_IQ_VBLOCK) {
             pv_weights(v, p + (size_t)h0 * ldp, ldp, nh, blk, j0, j1, ng, &st);
