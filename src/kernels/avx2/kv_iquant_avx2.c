@@ -48,7 +48,8 @@ static inline uint64_t pack_u8(__m256i v) {
  * are zeroed once by the caller): Q = round(xq * scn) with xq = q * QMAX /
  * qmax (per call) and scn = s / smax (per tile), the values of
  * kvc_iq_query_ref (|Q| <= QMAX without a clamp); ok = 0 gives a zero query.
- * narrow: QMAX = KVC_IQ_QMAX_NARROW, so hi = 0 and lo = Q with no split.
+ * narrow: QMAX = KVC_IQ_QMAX_NARROW, so hi = 0 and lo = Q with no split
+ * (hi is then not written: the narrow key loop does not read it).
  * Returns the constant term sum_c q_c m_c. */
 static float query_tile(const float *q, const float *xq, const float *scn, const kvc_f16 *mins, int dim, int ok,
                         int narrow, int8_t *hi, int8_t *lo) {
@@ -72,7 +73,7 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
             __m256i l = narrow ? w : _mm256_sub_epi16(w, _mm256_slli_epi16(h, 8));
             b = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(h, l), order);
         }
-        _mm_storeu_si128((__m128i *)(hi + c), _mm256_castsi256_si128(b));
+        if (!narrow) _mm_storeu_si128((__m128i *)(hi + c), _mm256_castsi256_si128(b)); /* else unread */
         _mm_storeu_si128((__m128i *)(lo + c), _mm256_extracti128_si256(b, 1));
     }
     return kvc_hsum256_ps(ct);
@@ -91,7 +92,8 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
                                                            const float *alpha, const float *cterm,
                                                            int j0, int j1, float *s, int lds,
                                                            const int BITS, const int NH) {
-    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), keep = nk <= 4, wide = BITS > 2;
+    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), keep = nk <= 4,
+              wide = kvc_iq_query_max(BITS) == KVC_IQ_QMAX_WIDE; /* a constant: BITS is */
     const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1),
                   w256 = _mm256_set1_epi16(256);
     for (int first = j0 - j0 % 8; first < j1; first += 8) {
