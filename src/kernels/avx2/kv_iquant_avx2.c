@@ -266,6 +266,12 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
     for (int c = 0, g = 0; c < v->dim; g++) {
         const int ce = v->dim - c > v->group ? c + v->group : v->dim;
         for (; c < ce; c += 8) {
+            /* the weights are loop-invariant here, and gcc hoisted all
+             * BITS x nk x NH of their broadcasts into registers it then
+             * spilled; hidden behind this barrier, each use broadcasts from
+             * L1 */
+            const pv_state *sw = st;
+            __asm__("" : "+r"(sw));
             __m256i acc[PV_NH];
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
@@ -282,7 +288,7 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
                     __m256i cd = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
                     #pragma GCC unroll 4
                     for (int h = 0; h < NH; h++) {
-                        __m256i wk = _mm256_set1_epi32((int)st->wq[h][g][wb * nk + k]);
+                        __m256i wk = _mm256_set1_epi32((int)sw->wq[h][g][wb * nk + k]);
                         s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(wk, cd));
                     }
                 }

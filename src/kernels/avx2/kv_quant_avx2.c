@@ -107,6 +107,9 @@ static inline __attribute__((always_inline)) void block(const kvc_qtile *t, cons
             }
         }
     }
+    /* unrolled too: one access with a variable index would keep a0 / a1 in
+     * memory, and gcc then stored all six accumulators every row */
+    #pragma GCC unroll 4
     for (int h = 0; h < NH; h++) {
         float *o = out + h * ldo + j0;
         float tmp[8];
