@@ -168,10 +168,10 @@ static void test_codec_blobs(void **state) {
     enum { N = 300, D = 64 };
     static float x[N * D];
     for (int i = 0; i < N * D; i++) x[i] = (float)((int)(rnd() % 2001) - 1000) / 500.0f;
-    kvc_quant_cfg q2 = {.bits = 2, .group = 32}, q3 = {.bits = 3, .group = 32};
+    kvc_quant_cfg q2 = {.bits = 2, .group = 32}, q3 = {.bits = 3, .group = 8};
     kvc_codec iqk, iqv, fk, fv;
     kvc_quant_codecs(&q2, D, &iqk, &iqv);
-    kvc_quant_codecs(&q3, D, &fk, &fv); /* 3 bits: the float quant codecs */
+    kvc_quant_codecs(&q3, D, &fk, &fv); /* groups of 8: the float quant codecs */
     assert_ptr_equal(iqk.ops, &kvc_codec_iq_k);
     assert_ptr_equal(fk.ops, &kvc_codec_quant_k);
     kvc_bitmap_cfg bc = {.keep = 20};

@@ -3,9 +3,11 @@
  * into i16) summed over a word's 8/bits shift-and-mask steps in i16 and one
  * vpmaddwd per word instead of vpdpbusd (for the key's two query halves, the
  * high one's against 256s: both land in one i32 accumulator; 1- and 2-bit
- * keys have the one-byte query and take only the low half). The i16 sums stay far
- * from saturation: at most 8/bits x 2 x 255 x (2^bits - 1) <= 15300 for the
- * u8 weights, 8/bits x 2 x 127 x (2^bits - 1) <= 7620 for the query halves. */
+ * keys have the one-byte query and take only the low half). 3-bit codes are
+ * a 2-bit plane and a 1-bit plane (iquant.h) whose sums are weighted 1 and 4
+ * by vpmaddwd. The i16 sums stay far from saturation: at most 8/bits x 2 x
+ * 255 x (2^bits - 1) <= 15300 for the u8 weights, 8/bits x 2 x 127 x
+ * (2^bits - 1) <= 7620 for the query halves (per plane of a 3-bit code). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -88,14 +90,43 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
  * spilled.
  * 1- and 2-bit tiles have the narrow query (kvc_iq_query_max): hi is zero,
  * so only the lo half's dot products are taken, half the vpmaddubsw. */
+/* One code word x (8 tokens' word of WB-bit fields) into the NH heads'
+ * accumulators; qb indexes the query's 4-byte groups of the word's first
+ * channels; weight: 1, or 4 for the high plane of 3-bit codes (the wide
+ * query's high half weighs 256 times that). */
+static inline __attribute__((always_inline)) void qk_word(__m256i x, const int32_t (*qh)[QMAX / 4],
+                                                          const int32_t (*ql)[QMAX / 4], int qb,
+                                                          __m256i *acc, const int WB, const int NH,
+                                                          const int wide, const int weight) {
+    const int nk = 8 / WB, keep = nk <= 4;
+    const __m256i mask = _mm256_set1_epi8((char)((1 << WB) - 1)), wl = _mm256_set1_epi16((short)weight),
+                  wh = _mm256_set1_epi16((short)(256 * weight));
+    __m256i cc[4];
+    #pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        if (keep && k < nk) cc[k] = _mm256_and_si256(_mm256_srli_epi32(x, WB * k), mask);
+    #pragma GCC unroll 8
+    for (int h = 0; h < NH; h++) {
+        __m256i sh = _mm256_setzero_si256(), sl = _mm256_setzero_si256();
+        #pragma GCC unroll 8
+        for (int k = 0; k < nk; k++) {
+            __m256i c = keep ? cc[k] : _mm256_and_si256(_mm256_srli_epi32(x, WB * k), mask);
+            if (wide) sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(c, _mm256_set1_epi32(qh[h][qb + k])));
+            sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(c, _mm256_set1_epi32(ql[h][qb + k])));
+        }
+        __m256i d = _mm256_madd_epi16(sl, wl);
+        if (wide) d = _mm256_add_epi32(d, _mm256_madd_epi16(sh, wh));
+        acc[h] = _mm256_add_epi32(acc[h], d);
+    }
+}
+
 static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                            const float *alpha, const float *cterm,
                                                            int j0, int j1, float *s, int lds,
                                                            const int BITS, const int NH) {
-    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), keep = nk <= 4,
+    /* 3 bits: the 2-bit plane's words, then the 1-bit plane's (iquant.h) */
+    const int LB = BITS == 3 ? 2 : BITS, kw = kvc_iq_kwords(BITS, t->dim), kwl = kvc_iq_plane_kwords(LB, t->dim),
               wide = kvc_iq_query_max(BITS) == KVC_IQ_QMAX_WIDE; /* a constant: BITS is */
-    const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1),
-                  w256 = _mm256_set1_epi16(256);
     for (int first = j0 - j0 % 8; first < j1; first += 8) {
         int b = first / KVC_IQ_KBLOCK, half = (first % KVC_IQ_KBLOCK) / 8;
         __m256i acc[QK_MAXH];
@@ -104,23 +135,9 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
         const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK + half * 8;
         for (int w = 0; w < kw; w++) {
             _mm_prefetch((const char *)(cw + w * 16) + PF, _MM_HINT_T0);
-            __m256i x = _mm256_loadu_si256((const __m256i *)(cw + w * 16)), cc[4];
-            #pragma GCC unroll 4
-            for (int k = 0; k < 4; k++)
-                if (keep && k < nk) cc[k] = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
-            #pragma GCC unroll 8
-            for (int h = 0; h < NH; h++) {
-                __m256i sh = _mm256_setzero_si256(), sl = _mm256_setzero_si256();
-                #pragma GCC unroll 8
-                for (int k = 0; k < nk; k++) {
-                    __m256i c = keep ? cc[k] : _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
-                    if (wide) sh = _mm256_add_epi16(sh, _mm256_maddubs_epi16(c, _mm256_set1_epi32(qh[h][w * nk + k])));
-                    sl = _mm256_add_epi16(sl, _mm256_maddubs_epi16(c, _mm256_set1_epi32(ql[h][w * nk + k])));
-                }
-                __m256i d = _mm256_madd_epi16(sl, ones);
-                if (wide) d = _mm256_add_epi32(d, _mm256_madd_epi16(sh, w256));
-                acc[h] = _mm256_add_epi32(acc[h], d);
-            }
+            __m256i x = _mm256_loadu_si256((const __m256i *)(cw + w * 16));
+            if (w < kwl) qk_word(x, qh, ql, w * (8 / LB), acc, LB, NH, wide, 1);
+            else if (BITS == 3) qk_word(x, qh, ql, (w - kwl) * 8, acc, 1, NH, wide, 4);
         }
         int a, e;
         lanes8(first, j0, j1, &a, &e);
@@ -152,6 +169,7 @@ static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const
     switch (t->bits) {
     case 1: QK_NH(1); break;
     case 2: QK_NH(2); break;
+    case 3: QK_NH(3); break;
     default: QK_NH(4); break;
     }
 #undef QK_NH
@@ -165,7 +183,7 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
     float xq[QK_MAXH][KVC_IQ_MAX_DIM], scn[KVC_IQ_MAX_DIM];
     const int bits = tiles[0].bits, narrow = kvc_iq_query_max(bits) == KVC_IQ_QMAX_NARROW;
     const float qlim = (float)kvc_iq_query_max(bits);
-    int width = kvc_iq_kwords(bits, dim) * kvc_iq_cpw(bits); /* query bytes the words read */
+    int width = (dim + 31) / 32 * 32; /* query bytes the words read: whole words of the widest plane */
     for (int h = 0; h < QK_MAXH && width > dim; h++) { /* beyond dim (1-bit words of 32 channels): zero */
         memset((int8_t *)qh[h] + dim, 0, (size_t)(width - dim));
         memset((int8_t *)ql[h] + dim, 0, (size_t)(width - dim));
@@ -258,9 +276,10 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
 static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v, const pv_state *st,
                                                            int blk, float *o, int ldo, const int BITS,
                                                            const int NH) {
-    const int nk = 8 / BITS, tpw = 32 / BITS;
-    const __m256i mask = _mm256_set1_epi8((char)((1 << BITS) - 1)), ones = _mm256_set1_epi16(1);
-    const uint32_t *codes = v->codes + (size_t)(blk / tpw) * v->dim;
+    /* a block's BITS rows of words; 3 bits: two 2-bit rows, then the 1-bit
+     * row weighted 4 (iquant.h) */
+    const __m256i ones = _mm256_set1_epi16(1), fours = _mm256_set1_epi16(4);
+    const uint32_t *codes = v->codes + (size_t)(blk / KVC_IQ_VBLOCK) * BITS * v->dim;
     /* group by group (a group is a multiple of 16 channels): no division per
      * 8 channels (objdump showed one per step of this loop) */
     for (int c = 0, g = 0; c < v->dim; g++) {
@@ -277,6 +296,8 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
             for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
             #pragma GCC unroll 4
             for (int wb = 0; wb < BITS; wb++) {
+                const int WB = BITS == 3 ? (wb < 2 ? 2 : 1) : BITS, nk = 8 / WB, wbase = BITS == 3 && wb == 2 ? 0 : wb * nk;
+                const __m256i mask = _mm256_set1_epi8((char)((1 << WB) - 1));
                 const uint32_t *src = codes + (size_t)wb * v->dim + c;
                 _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
                 __m256i x = _mm256_loadu_si256((const __m256i *)src);
@@ -285,16 +306,16 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
                 for (int h = 0; h < NH; h++) s16[h] = _mm256_setzero_si256();
                 #pragma GCC unroll 8
                 for (int k = 0; k < nk; k++) {
-                    __m256i cd = _mm256_and_si256(_mm256_srli_epi32(x, BITS * k), mask);
+                    __m256i cd = _mm256_and_si256(_mm256_srli_epi32(x, WB * k), mask);
                     #pragma GCC unroll 4
                     for (int h = 0; h < NH; h++) {
-                        __m256i wk = _mm256_set1_epi32((int)sw->wq[h][g][wb * nk + k]);
+                        __m256i wk = _mm256_set1_epi32((int)sw->wq[h][g][wbase + k]);
                         s16[h] = _mm256_add_epi16(s16[h], _mm256_maddubs_epi16(wk, cd));
                     }
                 }
                 #pragma GCC unroll 4
                 for (int h = 0; h < NH; h++)
-                    acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(s16[h], ones));
+                    acc[h] = _mm256_add_epi32(acc[h], _mm256_madd_epi16(s16[h], BITS == 3 && wb == 2 ? fours : ones));
             }
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
@@ -318,6 +339,7 @@ static void pv_heads(const kvc_iq_vblob *v, const pv_state *st, int blk, float *
     switch (v->bits) {
     case 1: PV_NH_CASES(1); break;
     case 2: PV_NH_CASES(2); break;
+    case 3: PV_NH_CASES(3); break;
     default: PV_NH_CASES(4); break;
     }
 #undef PV_NH_CASES

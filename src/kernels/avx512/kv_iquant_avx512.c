@@ -466,7 +466,24 @@ static void pv_avx512(const kvc_iq_vblob *v, const float *p, int ldp, int G, int
     }
 }
 
+/* 3-bit codes (two planes, iquant.h) take the kernels registered before
+ * these (AVX2's: every AVX-512 CPU runs them); this file's kernels take one
+ * plane of 1, 2 or 4 bits. */
+static kvc_iq_kernels planes3;
+
+static void qk_entry(const kvc_iq_ktile *t, int nt, const float *q, int ldq, int G, int j0, int j1, float *s,
+                     int lds) {
+    if (t[0].bits == 3) planes3.qk(t, nt, q, ldq, G, j0, j1, s, lds);
+    else qk_avx512(t, nt, q, ldq, G, j0, j1, s, lds);
+}
+
+static void pv_entry(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o, int ldo) {
+    if (v->bits == 3) planes3.pv(v, p, ldp, G, j0, j1, o, ldo);
+    else pv_avx512(v, p, ldp, G, j0, j1, o, ldo);
+}
+
 void kvc_iq_register_avx512(kvc_iq_kernels *k) {
-    k->qk = qk_avx512;
-    k->pv = pv_avx512;
+    planes3 = *k;
+    k->qk = qk_entry;
+    k->pv = pv_entry;
 }

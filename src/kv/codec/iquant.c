@@ -28,7 +28,7 @@ static const kvc_quant_cfg *cfg_of(const kvc_codec *c) { return (const kvc_quant
 static size_t round64(size_t b) { return (b + 63) & ~(size_t)63; }
 
 int kvc_iq_supports(const kvc_quant_cfg *cfg, int dim) {
-    return cfg && (cfg->bits == 1 || cfg->bits == 2 || cfg->bits == 4) && cfg->group % 16 == 0 &&
+    return cfg && cfg->bits >= 1 && cfg->bits <= 4 && cfg->group % 16 == 0 &&
            cfg->group > 0 && cfg->group <= KVC_QUANT_MAX_N && dim > 0 && dim % 16 == 0 &&
            dim <= MAX_DIM;
 }
@@ -42,7 +42,7 @@ void kvc_quant_codecs(const kvc_quant_cfg *cfg, int dim, kvc_codec *k, kvc_codec
 static kvc_status check(const kvc_codec *c, int n, const char *who) {
     KVC_TRY(kvc_quant_cfg_check(cfg_of(c)));
     KVC_CHECK(kvc_iq_supports(cfg_of(c), c->dim), KVC_ERR_ARG,
-              "%s: bits %d, group %d, dim %d not supported (bits 1/2/4, group and dim multiples of 16, dim <= %d)",
+              "%s: bits %d, group %d, dim %d not supported (bits 1-4, group and dim multiples of 16, dim <= %d)",
               who, cfg_of(c)->bits, cfg_of(c)->group, c->dim, MAX_DIM);
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "%s: negative token count %d", who, n);
     return KVC_OK;
@@ -73,6 +73,23 @@ static uint32_t k_word(const uint8_t *c, int bits) {
         w |= four << (bits * j);
     }
     return w;
+}
+
+/* All key words of one token from its channel codes (padded with zeros to
+ * whole words): one plane, or for 3 bits the low two bits' words then the
+ * high bit's. */
+static void k_words(const uint8_t *codes, int bits, int dim, uint32_t *out) {
+    if (bits != 3) {
+        for (int w = 0; w < kvc_iq_kwords(bits, dim); w++)
+            out[(size_t)w * KVC_IQ_KBLOCK] = k_word(codes + w * kvc_iq_cpw(bits), bits);
+        return;
+    }
+    code_row lo = {{0}}, hi = {{0}};
+    for (int c = 0; c < dim; c++) lo.c[c] = codes[c] & 3, hi.c[c] = codes[c] >> 2;
+    int kw2 = kvc_iq_plane_kwords(2, dim);
+    for (int w = 0; w < kw2; w++) out[(size_t)w * KVC_IQ_KBLOCK] = k_word(lo.c + w * 16, 2);
+    for (int w = 0; w < kvc_iq_plane_kwords(1, dim); w++)
+        out[(size_t)(kw2 + w) * KVC_IQ_KBLOCK] = k_word(hi.c + w * 32, 1);
 }
 
 static int count_iq(const kvc_codec *c, const void *blob) { return ((const iqblob *)blob)->n; }
@@ -114,8 +131,7 @@ kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t) { return k_tile(blob, t); 
  * meets them: it decides the sign of a zero min), the f16 parameters per
  * channel, then each token's codes packed straight into its words. */
 static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t, float *stats) {
-    int dim = t->dim, bits = t->bits, cpw = kvc_iq_cpw(bits), kw = kvc_iq_kwords(bits, dim);
-    int qm = (1 << bits) - 1;
+    int dim = t->dim, bits = t->bits, kw = kvc_iq_kwords(bits, dim);
     float mn[MAX_DIM], mx[MAX_DIM], minf[MAX_DIM], scf[MAX_DIM];
     for (int c = 0; c < dim; c++) mn[c] = INFINITY, mx[c] = -INFINITY;
     for (int j = 0; j < t->n; j++) {
@@ -140,9 +156,12 @@ static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t, float *
     code_row cr = {{0}}; /* channels dim.. stay 0: the last word's padding */
     for (int j = 0; j < t->n; j++) {
         const float *row = x + (size_t)j * ld;
+        /* token j is value j of each channel's row: kvc_quant_qmax clamps
+         * 3-bit codes in the slots where KVmix's 11-per-word packing has 2
+         * bits, so the codes equal the quant codecs' */
+        int qm = kvc_quant_qmax(bits, j);
         for (int c = 0; c < dim; c++) cr.c[c] = (uint8_t)kvc_quant_code(row[c], minf[c], scf[c], qm);
-        uint32_t *out = codes + (size_t)(j / KVC_IQ_KBLOCK) * kw * KVC_IQ_KBLOCK + j % KVC_IQ_KBLOCK;
-        for (int w = 0; w < kw; w++) out[(size_t)w * KVC_IQ_KBLOCK] = k_word(cr.c + w * cpw, bits);
+        k_words(cr.c, bits, dim, codes + (size_t)(j / KVC_IQ_KBLOCK) * kw * KVC_IQ_KBLOCK + j % KVC_IQ_KBLOCK);
     }
 }
 
@@ -201,9 +220,10 @@ static void dequant16(const uint8_t *code, const float *sc, const float *mn, flo
  * tile, codes unpacked a word at a time. */
 static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
     const iqblob *b = blob;
-    int dim = b->dim, bits = b->bits, cpw = kvc_iq_cpw(bits), kw = kvc_iq_kwords(bits, dim);
+    int dim = b->dim, bits = b->bits, lb = kvc_iq_lo_bits(bits), kwl = kvc_iq_plane_kwords(lb, dim);
+    int kw = kvc_iq_kwords(bits, dim);
     float sc[MAX_DIM], mn[MAX_DIM];
-    code_row cr;
+    code_row cr, hi;
     kvc_iq_ktile v = {0};
     for (int j = begin, cur = -1; j < end; j++) {
         int ti = j / b->group, jt = j % b->group;
@@ -213,7 +233,11 @@ static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, f
             cur = ti;
         }
         const uint32_t *wp = v.codes + (size_t)(jt / KVC_IQ_KBLOCK) * kw * KVC_IQ_KBLOCK + jt % KVC_IQ_KBLOCK;
-        for (int w = 0; w < kw; w++) k_unword(wp[(size_t)w * KVC_IQ_KBLOCK], bits, cr.c + w * cpw);
+        for (int w = 0; w < kwl; w++) k_unword(wp[(size_t)w * KVC_IQ_KBLOCK], lb, cr.c + w * kvc_iq_cpw(lb));
+        if (bits == 3) {
+            for (int w = kwl; w < kw; w++) k_unword(wp[(size_t)w * KVC_IQ_KBLOCK], 1, hi.c + (w - kwl) * 32);
+            for (int d = 0; d < dim; d++) cr.c[d] += (uint8_t)(4 * hi.c[d]);
+        }
         float *out = x + (size_t)(j - begin) * ld;
         for (int d = 0; d < dim; d += 16) dequant16(cr.c + d, sc + d, mn + d, out + d);
     }
@@ -241,7 +265,7 @@ const kvc_codec_ops kvc_codec_iq_k = {
 
 static int v_npad(int n) { return (n + KVC_IQ_VBLOCK - 1) / KVC_IQ_VBLOCK * KVC_IQ_VBLOCK; }
 static size_t v_param_bytes(int ng, int npad) { return round64((size_t)ng * npad * 4); }
-static size_t v_code_bytes(int bits, int dim, int npad) { return (size_t)npad / (32 / bits) * dim * 4; }
+static size_t v_code_bytes(int bits, int dim, int npad) { return (size_t)npad / KVC_IQ_VBLOCK * bits * dim * 4; }
 
 static kvc_iq_vblob v_view(const iqblob *b) {
     size_t plane = (size_t)b->n_tiles * b->npad;
@@ -262,7 +286,7 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
     b->n_tiles = ng;
     b->npad = npad;
     kvc_iq_vblob v = v_view(b);
-    int tpw = 32 / q->bits, qm = (1 << q->bits) - 1;
+    int lb = kvc_iq_lo_bits(q->bits);
     uint32_t *codes = (uint32_t *)v.codes;
     kvc_f16 *mins = (kvc_f16 *)v.mins, *scales = (kvc_f16 *)v.scales;
     code_row cr;
@@ -280,11 +304,19 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
             size_t pi = (size_t)g * npad + t;
             kvc_quant_params(mn, mx, q->bits, &mins[pi], &scales[pi]);
             float minf = kvc_f16_to_f32(mins[pi]), scf = kvc_f16_to_f32(scales[pi]);
-            for (int j = c0; j < c1; j++) cr.c[j] = (uint8_t)kvc_quant_code(row[j], minf, scf, qm);
+            /* channel j is value j - c0 of the group's row (the 3-bit slots
+             * as in the keys) */
+            for (int j = c0; j < c1; j++)
+                cr.c[j] = (uint8_t)kvc_quant_code(row[j], minf, scf, kvc_quant_qmax(q->bits, j - c0));
         }
-        int r = t % tpw, shift = 8 * (r % 4) + q->bits * (r / 4);
-        uint32_t *out = codes + (size_t)(t / tpw) * c->dim;
-        for (int j = 0; j < c->dim; j++) out[j] |= (uint32_t)cr.c[j] << shift;
+        int shift = kvc_iq_vshift(t, lb), lmask = (1 << lb) - 1;
+        uint32_t *out = codes + kvc_iq_vrow(q->bits, t, lb, 0) * c->dim;
+        for (int j = 0; j < c->dim; j++) out[j] |= (uint32_t)(cr.c[j] & lmask) << shift;
+        if (q->bits == 3) {
+            int hs = kvc_iq_vshift(t, 1);
+            uint32_t *hout = codes + kvc_iq_vrow(3, t, 1, 2) * c->dim;
+            for (int j = 0; j < c->dim; j++) hout[j] |= (uint32_t)(cr.c[j] >> 2) << hs;
+        }
     }
     *blob = b;
     return KVC_OK;
@@ -298,16 +330,21 @@ static void pv_v(const kvc_codec *c, const void *blob, const float *p, int G, in
 
 static void decode_v(const kvc_codec *c, const void *blob, int begin, int end, float *x, int ld) {
     kvc_iq_vblob v = v_view(blob);
-    int tpw = 32 / v.bits;
-    uint32_t mask = (1u << v.bits) - 1;
+    int lb = kvc_iq_lo_bits(v.bits);
+    uint32_t mask = (1u << lb) - 1;
     for (int j = begin; j < end; j++) {
-        int r = j % tpw, shift = 8 * (r % 4) + v.bits * (r / 4);
-        const uint32_t *row = v.codes + (size_t)(j / tpw) * v.dim;
+        int shift = kvc_iq_vshift(j, lb), hs = kvc_iq_vshift(j, 1);
+        const uint32_t *row = v.codes + kvc_iq_vrow(v.bits, j, lb, 0) * v.dim;
+        const uint32_t *hrow = v.bits == 3 ? v.codes + kvc_iq_vrow(3, j, 1, 2) * v.dim : NULL;
         float *out = x + (size_t)(j - begin) * ld;
         for (int d0 = 0; d0 < v.dim; d0 += 16) { /* 16 channels lie in one group */
             size_t pi = (size_t)(d0 / v.group) * v.npad + j;
             float s = kvc_f16_to_f32(v.scales[pi]), m = kvc_f16_to_f32(v.mins[pi]);
-            for (int i = 0; i < 16; i++) out[d0 + i] = (float)((row[d0 + i] >> shift) & mask) * s + m;
+            for (int i = 0; i < 16; i++) {
+                uint32_t code = (row[d0 + i] >> shift) & mask;
+                if (hrow) code += 4 * ((hrow[d0 + i] >> hs) & 1u);
+                out[d0 + i] = (float)code * s + m;
+            }
         }
     }
 }

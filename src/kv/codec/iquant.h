@@ -36,7 +36,7 @@
  * Precision: the query rounding is at most half of alpha per channel, i.e.
  * 1/65024 of max|q| * max s (the exact max_c |q_c s_c| is smaller by at most
  * the ratio of the tile's largest scale to the scale of q's largest channel), the weights' at most 1/510 of the block's largest
- * p_t s_tg per token (KL against the float kernels in docs/benchmarks.md). bits 1, 2, 4; `group` a multiple of 16;
+ * p_t s_tg per token (KL against the float kernels in docs/benchmarks.md). bits 1-4 (3: two planes, below); `group` a multiple of 16;
  * head dim a multiple of 16 up to 256 (other configurations use quant_k / quant_v). */
 #ifndef KVC_KV_CODEC_IQUANT_H
 #define KVC_KV_CODEC_IQUANT_H
@@ -67,21 +67,57 @@ typedef struct kvc_iq_vblob {
     int n, npad, dim, group, bits;
 } kvc_iq_vblob;
 
-/* Channels per key word, key words per token (dim padded with zero codes). */
+/* 3-bit codes are two planes in the 2- and 1-bit layouts: code = lo + 4 hi,
+ * lo = code & 3 in 2-bit words, hi = code >> 2 in 1-bit words, so the
+ * kernels' shift-and-mask extraction stays bytewise (3 does not divide 8).
+ * Keys: a token's 2-bit words, then its 1-bit words. Values: per block of 32
+ * tokens, the rows of the 2-bit plane (tokens 0-15, 16-31), then the row of
+ * the 1-bit plane (tokens 0-31). Other widths have one plane. */
+static inline int kvc_iq_lo_bits(int bits) { return bits == 3 ? 2 : bits; }
+
+/* Channels per key word, key words per token (dim padded with zero codes;
+ * 3 bits: both planes' words). */
 static inline int kvc_iq_cpw(int bits) { return 32 / bits; }
-static inline int kvc_iq_kwords(int bits, int dim) { return (dim + 32 / bits - 1) / (32 / bits); }
+static inline int kvc_iq_plane_kwords(int bits, int dim) { return (dim + 32 / bits - 1) / (32 / bits); }
+static inline int kvc_iq_kwords(int bits, int dim) {
+    return bits == 3 ? kvc_iq_plane_kwords(2, dim) + kvc_iq_plane_kwords(1, dim) : kvc_iq_plane_kwords(bits, dim);
+}
+
+/* Field of channel c in a key word of `bits` bits: word c / cpw, byte b, bit
+ * field k (see the layout above). */
+static inline int kvc_iq_kfield(const kvc_iq_ktile *t, int tok, int w, int c, int bits) {
+    int r = c % kvc_iq_cpw(bits), k = r / 4, b = r % 4;
+    uint32_t word = t->codes[((size_t)(tok / KVC_IQ_KBLOCK) * kvc_iq_kwords(t->bits, t->dim) + w) *
+                                 KVC_IQ_KBLOCK + tok % KVC_IQ_KBLOCK];
+    return (int)((word >> (8 * b + bits * k)) & ((1u << bits) - 1));
+}
 
 /* Code of key token t (in the tile), channel c; of value token t, channel c. */
 static inline int kvc_iq_kcode(const kvc_iq_ktile *t, int tok, int c) {
-    int cpw = kvc_iq_cpw(t->bits), w = c / cpw, r = c % cpw, k = r / 4, b = r % 4;
-    uint32_t word = t->codes[((size_t)(tok / KVC_IQ_KBLOCK) * kvc_iq_kwords(t->bits, t->dim) + w) *
-                                 KVC_IQ_KBLOCK + tok % KVC_IQ_KBLOCK];
-    return (int)((word >> (8 * b + t->bits * k)) & ((1u << t->bits) - 1));
+    if (t->bits != 3) return kvc_iq_kfield(t, tok, c / kvc_iq_cpw(t->bits), c, t->bits);
+    int lo = kvc_iq_kfield(t, tok, c / 16, c, 2);
+    int hi = kvc_iq_kfield(t, tok, kvc_iq_plane_kwords(2, t->dim) + c / 32, c, 1);
+    return lo + 4 * hi;
+}
+
+/* The word row of value token t in a plane of `bits` bits (row 0 of a
+ * 3-bit block is its 2-bit plane's first) and the field's shift. */
+static inline size_t kvc_iq_vrow(int bits, int tok, int plane_bits, int first_row) {
+    return (size_t)(tok / KVC_IQ_VBLOCK) * bits + first_row + (size_t)(tok % KVC_IQ_VBLOCK) / (32 / plane_bits);
+}
+static inline int kvc_iq_vshift(int tok, int plane_bits) {
+    int r = tok % (32 / plane_bits);
+    return 8 * (r % 4) + plane_bits * (r / 4);
 }
 static inline int kvc_iq_vcode(const kvc_iq_vblob *v, int tok, int c) {
-    int tpw = 32 / v->bits, r = tok % tpw, k = r / 4, b = r % 4;
-    uint32_t word = v->codes[(size_t)(tok / tpw) * v->dim + c];
-    return (int)((word >> (8 * b + v->bits * k)) & ((1u << v->bits) - 1));
+    int lb = kvc_iq_lo_bits(v->bits);
+    uint32_t lw = v->codes[kvc_iq_vrow(v->bits, tok, lb, 0) * v->dim + c];
+    int code = (int)((lw >> kvc_iq_vshift(tok, lb)) & ((1u << lb) - 1));
+    if (v->bits == 3) {
+        uint32_t hw = v->codes[kvc_iq_vrow(3, tok, 1, 2) * v->dim + c];
+        code += 4 * (int)((hw >> kvc_iq_vshift(tok, 1)) & 1u);
+    }
+    return code;
 }
 
 /* The kernels (one table; scalar references below, SIMD variants registered by
@@ -119,10 +155,12 @@ void kvc_iq_register_avx512(kvc_iq_kernels *k);
  *
  * The query's precision follows the codes' (docs/design-kv.md "Integer
  * KIVI / KVmix codecs"): 15 bits (two int8 halves, two dot products per
- * code) for 4-bit keys, one byte (|Q| <= 127, hi = 0: one dot product) for
+ * code) for 3- and 4-bit keys, one byte (|Q| <= 127, hi = 0: one dot product) for
  * 1- and 2-bit keys, whose codes round far more coarsely (a 2-bit code to
  * 1/6 of its channel's range, the query to 1/254 of its largest element).
- * All tiles of one kernel call have the same bits. */
+ * 3-bit keys keep 15 bits: with one byte, test_iquant measured score errors
+ * of 6% of sum_c |q_c k_c| at head dim 16. All tiles of one kernel call have
+ * the same bits. */
 enum {
     KVC_IQ_QMAX_WIDE = 32512, /* 127 * 256 */
     KVC_IQ_QMAX_NARROW = 127,
@@ -142,7 +180,7 @@ kvc_iq_vblob kvc_iq_vblob_of(const void *blob);
 /* Codec tables. */
 extern const kvc_codec_ops kvc_codec_iq_k, kvc_codec_iq_v;
 
-/* 1 when the integer layouts support this configuration (bits 1/2/4, group a
+/* 1 when the integer layouts support this configuration (bits 1-4, group a
  * multiple of 16, dim a multiple of 16 up to KVC_IQ_MAX_DIM). */
 int kvc_iq_supports(const kvc_quant_cfg *cfg, int dim);
 
