@@ -2,7 +2,7 @@
  * gradient-based profile ("KV Importance Analysis"; file format and ranking
  * rule in kvmix_profile.c, profiler in `kvcomp profile`), with the quant
  * codecs of KIVI ("Asymmetric Low-Bit Quantization": K per channel in token
- * groups, V per token in channel groups, 1-4 bits, 3 bits as 11 per word) and
+ * groups, V per token in channel groups, 1-4 bits, 3 bits as eq. 12's codes) and
  * the recent pivotal context ("Dynamic Pivotal Context Selection") kept dense.
  *
  * RPC (docs/methods.md, "kvmix"): the paper's num_RPC = floor(r * current_RPC)
