@@ -158,8 +158,36 @@ static void check_pv(const kcase *k, void *vb) {
     }
 }
 
+/* Plain 3-bit codes (kvmix3 = 0) decode at least as close to every value as
+ * KVmix's clamped ones, and closer somewhere on random data. */
+static void check_plain3(const kcase *k, const float *kx, const float *vx, const float *kmix, const float *vmix) {
+    kvc_quant_cfg plain = {3, k->group, 0};
+    kvc_codec pk, pv;
+    kvc_quant_codecs(&plain, k->dim, &pk, &pv);
+    const float *x[2] = {kx, vx}, *mix[2] = {kmix, vmix};
+    const kvc_codec *c[2] = {&pk, &pv};
+    size_t n = (size_t)k->n * k->dim;
+    float *dec = malloc(sizeof(float) * n);
+    for (int side = 0; side < 2; side++) {
+        void *blob = NULL;
+        assert_int_equal(c[side]->ops->encode(c[side], x[side], k->n, k->dim, &blob), KVC_OK);
+        c[side]->ops->decode(c[side], blob, 0, k->n, dec, k->dim);
+        double e_plain = 0, e_mix = 0;
+        for (size_t i = 0; i < n; i++) {
+            double a = fabs((double)dec[i] - x[side][i]), b = fabs((double)mix[side][i] - x[side][i]);
+            if (!(a <= b + 1e-6 * (1 + fabs(x[side][i]))))
+                fail_msg("plain 3-bit %s value %zu: error %g, clamped %g", side ? "V" : "K", i, a, b);
+            e_plain += a, e_mix += b;
+        }
+        if (k->n >= 11 && !(e_plain < e_mix)) fail_msg("plain 3-bit %s: error %g not below %g", side ? "V" : "K", e_plain, e_mix);
+        c[side]->ops->free(c[side], blob);
+    }
+    free(dec);
+}
+
 static void run_case(const kcase *k) {
-    kvc_quant_cfg cfg = {k->bits, k->group};
+    /* kvmix3: the same codes as the float codecs, which pack 11 per word */
+    kvc_quant_cfg cfg = {k->bits, k->group, 1};
     kvc_codec kc, vc;
     kvc_quant_codecs(&cfg, k->dim, &kc, &vc);
     assert_ptr_equal(kc.ops, &kvc_codec_iq_k);
@@ -183,6 +211,10 @@ static void run_case(const kcase *k) {
     vc.ops->decode(&vc, vb, 0, k->n, a, k->dim);
     fv.ops->decode(&fv, fvb, 0, k->n, b, k->dim);
     assert_memory_equal(a, b, sz);
+    if (k->bits == 3) {
+        kc.ops->decode(&kc, kb, 0, k->n, b, k->dim);
+        check_plain3(k, kx, vx, b, a);
+    }
 
     float *q = malloc(sizeof(float) * (size_t)k->G * k->dim);
     for (int i = 0; i < k->G * k->dim; i++) q[i] = frand();
@@ -255,7 +287,7 @@ static void test_every_gqa_group(void **state) {
  * which the tolerance of check_qk / check_pv (1e-5 of the constant term) could
  * hide. */
 static void exact_case(int bits, int group, int dim, int n, int G) {
-    kvc_quant_cfg cfg = {bits, group};
+    kvc_quant_cfg cfg = {bits, group, 0};
     kvc_codec kc, vc;
     kvc_quant_codecs(&cfg, dim, &kc, &vc);
     float *x = malloc(sizeof(float) * (size_t)n * dim);
@@ -323,7 +355,7 @@ static void test_integer_parts_exact(void **state) {
 
 static void test_unsupported_falls_back(void **state) {
     (void)state;
-    kvc_quant_cfg g8 = {4, 8}, ok = {4, 32};
+    kvc_quant_cfg g8 = {4, 8, 0}, ok = {4, 32, 0};
     kvc_codec k, v;
     kvc_quant_codecs(&g8, 64, &k, &v);
     assert_ptr_equal(v.ops, &kvc_codec_quant_v);

@@ -112,7 +112,7 @@ static void check_v(const kvc_quant_cfg *q, int dim, int n, int ld, const float 
 }
 
 static void run(int bits, int group, int dim, int n, int ld, int kind) {
-    kvc_quant_cfg q = {bits, group};
+    kvc_quant_cfg q = {bits, group, 0};
     kvc_codec kc, vc;
     kvc_quant_codecs(&q, dim, &kc, &vc);
     assert_ptr_equal(kc.ops, &kvc_codec_iq_k);

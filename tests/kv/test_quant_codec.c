@@ -38,7 +38,7 @@ static void fill(float *x, int n, int dim, int ld, int outliers) {
 }
 
 static void check_codec(int bits, int group, int dim, int n) {
-    kvc_quant_cfg cfg = {bits, group};
+    kvc_quant_cfg cfg = {bits, group, 0};
     kvc_codec kc = {&kvc_codec_quant_k, dim, &cfg}, vc = {&kvc_codec_quant_v, dim, &cfg};
     int ld = dim + 3;
     float *k = malloc(sizeof(float) * (n + 1) * ld), *v = malloc(sizeof(float) * (n + 1) * ld);
@@ -193,7 +193,7 @@ static void test_codec_bits_per_element(void **state) {
     /* group 32, head_dim 64: codes b bits (3-bit: 3 words per 32 values = 3
      * bits), plus 32 bits of min+scale per 32 values = 1 bit */
     for (int bits = 1; bits <= 4; bits++) {
-        kvc_quant_cfg cfg = {bits, 32};
+        kvc_quant_cfg cfg = {bits, 32, 0};
         uint64_t p, m;
         kvc_quant_k_bytes(&cfg, 64, 4096, &p, &m);
         assert_int_equal(p * 8, (uint64_t)bits * 64 * 4096);
@@ -206,7 +206,7 @@ static void test_codec_bits_per_element(void **state) {
 
 static void test_bad_cfg(void **state) {
     (void)state;
-    kvc_quant_cfg bad[] = {{0, 32}, {5, 32}, {8, 32}, {2, 0}, {2, 129}};
+    kvc_quant_cfg bad[] = {{0, 32, 0}, {5, 32, 0}, {8, 32, 0}, {2, 0, 0}, {2, 129, 0}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         kvc_codec kc = {&kvc_codec_quant_k, 64, &bad[i]};
         void *blob = NULL;

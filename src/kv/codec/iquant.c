@@ -130,7 +130,7 @@ kvc_iq_ktile kvc_iq_ktile_of(const void *blob, int t) { return k_tile(blob, t); 
  * tokens for each channel's min and max (in token order, as the row encoder
  * meets them: it decides the sign of a zero min), the f16 parameters per
  * channel, then each token's codes packed straight into its words. */
-static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t, float *stats) {
+static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t, int kvmix3, float *stats) {
     int dim = t->dim, bits = t->bits, kw = kvc_iq_kwords(bits, dim);
     float mn[MAX_DIM], mx[MAX_DIM], minf[MAX_DIM], scf[MAX_DIM];
     for (int c = 0; c < dim; c++) mn[c] = INFINITY, mx[c] = -INFINITY;
@@ -156,10 +156,11 @@ static void encode_k_tile(const float *x, int ld, const kvc_iq_ktile *t, float *
     code_row cr = {{0}}; /* channels dim.. stay 0: the last word's padding */
     for (int j = 0; j < t->n; j++) {
         const float *row = x + (size_t)j * ld;
-        /* token j is value j of each channel's row: kvc_quant_qmax clamps
-         * 3-bit codes in the slots where KVmix's 11-per-word packing has 2
-         * bits, so the codes equal the quant codecs' */
-        int qm = kvc_quant_qmax(bits, j);
+        /* token j is value j of each channel's row: with kvmix3,
+         * kvc_quant_qmax clamps 3-bit codes in the slots where KVmix's
+         * 11-per-word packing has 2 bits, so the codes equal the quant
+         * codecs' */
+        int qm = kvmix3 ? kvc_quant_qmax(bits, j) : (1 << bits) - 1;
         for (int c = 0; c < dim; c++) cr.c[c] = (uint8_t)kvc_quant_code(row[c], minf[c], scf[c], qm);
         k_words(cr.c, bits, dim, codes + (size_t)(j / KVC_IQ_KBLOCK) * kw * KVC_IQ_KBLOCK + j % KVC_IQ_KBLOCK);
     }
@@ -174,7 +175,7 @@ static kvc_status encode_k(const kvc_codec *c, const float *x, int n, int ld, vo
     b->stats = (int64_t)k_tiles_bytes(q->bits, q->group, c->dim, n);
     for (int t = 0; t < b->n_tiles; t++) {
         kvc_iq_ktile v = k_tile(b, t);
-        encode_k_tile(x + (size_t)t * q->group * ld, ld, &v, k_stats(b) + 2 * (size_t)t);
+        encode_k_tile(x + (size_t)t * q->group * ld, ld, &v, q->kvmix3, k_stats(b) + 2 * (size_t)t);
     }
     *blob = b;
     return KVC_OK;
@@ -304,10 +305,11 @@ static kvc_status encode_v(const kvc_codec *c, const float *x, int n, int ld, vo
             size_t pi = (size_t)g * npad + t;
             kvc_quant_params(mn, mx, q->bits, &mins[pi], &scales[pi]);
             float minf = kvc_f16_to_f32(mins[pi]), scf = kvc_f16_to_f32(scales[pi]);
-            /* channel j is value j - c0 of the group's row (the 3-bit slots
+            /* channel j is value j - c0 of the group's row (kvmix3's slots
              * as in the keys) */
             for (int j = c0; j < c1; j++)
-                cr.c[j] = (uint8_t)kvc_quant_code(row[j], minf, scf, kvc_quant_qmax(q->bits, j - c0));
+                cr.c[j] = (uint8_t)kvc_quant_code(row[j], minf, scf,
+                                                  q->kvmix3 ? kvc_quant_qmax(q->bits, j - c0) : (1 << q->bits) - 1);
         }
         int shift = kvc_iq_vshift(t, lb), lmask = (1 << lb) - 1;
         uint32_t *out = codes + kvc_iq_vrow(q->bits, t, lb, 0) * c->dim;

@@ -129,7 +129,7 @@ static void decode_k(const kvc_codec *c, const void *blob, int begin, int end, f
 
 static void bytes_k(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     const qblob *b = blob;
-    kvc_quant_cfg q = {b->bits, b->group};
+    kvc_quant_cfg q = {b->bits, b->group, 1}; /* 11 per word: KVmix's 3-bit codes */
     kvc_quant_k_bytes(&q, b->dim, b->n, payload, meta);
 }
 
@@ -225,7 +225,7 @@ static void decode_v(const kvc_codec *c, const void *blob, int begin, int end, f
 
 static void bytes_v(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     const qblob *b = blob;
-    kvc_quant_cfg q = {b->bits, b->group};
+    kvc_quant_cfg q = {b->bits, b->group, 1}; /* 11 per word: KVmix's 3-bit codes */
     kvc_quant_v_bytes(&q, b->dim, b->n, payload, meta);
 }
 

@@ -16,6 +16,12 @@
 typedef struct kvc_quant_cfg {
     int bits;  /* 1..4 */
     int group; /* 1..KVC_QUANT_MAX_N: tokens per K group, channels per V group */
+    /* 3 bits: 1 = KVmix's codes (eq. 12: every eleventh value of a row
+     * clamped to 0..3, as its 11-per-word packing stores them); 0 = plain
+     * 3-bit codes wherever the layout allows it (the integer layouts, which
+     * store 3 bits per code in two planes: iquant.h). quant_k / quant_v
+     * always pack 11 per word, so they always clamp. */
+    int kvmix3;
 } kvc_quant_cfg;
 
 /* "quant_k": keys, per channel, in tiles of `group` tokens (the last tile of a

@@ -28,7 +28,7 @@ typedef struct kivi_state {
 
 static const kvc_param kivi_params[] = {
     {.key = "bits", .type = KVC_PARAM_INT, .offset = offsetof(kivi_cfg, bits), .def = "2",
-     .min = 1, .max = 4, .help = "bits per quantized element (1, 2, 3 or 4; 3: KVmix's codes, eq. 12)"},
+     .min = 1, .max = 4, .help = "bits per quantized element (1, 2, 3 or 4)"},
     {.key = "group", .type = KVC_PARAM_INT, .offset = offsetof(kivi_cfg, group), .def = "32",
      .min = 1, .max = KVC_QUANT_MAX_N,
      .help = "K: tokens per per-channel group; V: channels per per-token group"},

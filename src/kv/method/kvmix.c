@@ -98,6 +98,7 @@ static kvc_status kvmix_create(const kvc_method_env *env, void **state) {
     for (int i = 0; i < n; i++) {
         st->kq[i].bits = p->layer[i].k_bits;
         st->vq[i].bits = p->layer[i].v_bits;
+        st->kq[i].kvmix3 = st->vq[i].kvmix3 = 1; /* eq. 12's 3-bit codes */
         st->kq[i].group = st->vq[i].group = cfg->group;
         st->ratio[i] = fmaxf(p->layer[i].k_rpc, p->layer[i].v_rpc);
     }

@@ -66,7 +66,7 @@ static void tuned_destroy(void *state) {
 }
 
 static side side_of(kvc_tuned_codec c) {
-    side s = {0, {c.bits, c.group}};
+    side s = {0, {c.bits, c.group, 0}}; /* KIVI's plain codes */
     if (c.bits == 32) s.dense = KVC_DENSE_F32 + 1;
     else if (c.bits == 16) s.dense = KVC_DENSE_F16 + 1;
     return s;

@@ -55,7 +55,7 @@ void kvc_tuned_codec_name(kvc_tuned_codec c, char *buf) {
 
 double kvc_tuned_codec_bits(kvc_tuned_codec c, int is_v, int dim, int n) {
     if (c.bits >= 16) return c.bits;
-    kvc_quant_cfg q = {c.bits, c.group};
+    kvc_quant_cfg q = {c.bits, c.group, 0};
     uint64_t payload, meta;
     if (is_v) kvc_quant_v_bytes(&q, dim, n, &payload, &meta);
     else kvc_quant_k_bytes(&q, dim, n, &payload, &meta);
