@@ -57,9 +57,9 @@ int main(int argc, char **argv) {
     int bits = argc > 1 ? atoi(argv[1]) : 2, G = argc > 2 ? atoi(argv[2]) : 3;
     int dim = argc > 3 ? atoi(argv[3]) : 64, n = argc > 4 ? atoi(argv[4]) : 2048;
     int rounds = argc > 5 ? atoi(argv[5]) : 400, span = argc > 6 ? atoi(argv[6]) : 0;
-    if (!(bits == 1 || bits == 2 || bits == 4) || G < 1 || G > 8 || dim < 16 || dim > KVC_IQ_MAX_DIM ||
+    if (!(bits >= 1 && bits <= 4) || G < 1 || G > 8 || dim < 16 || dim > KVC_IQ_MAX_DIM ||
         dim % 16 || n < GROUP || n % GROUP || n > 1 << 20 || rounds < 1 || span < 0 || span % GROUP) {
-        fprintf(stderr, "iquant_hot: want BITS 1|2|4, G 1..8, DIM a multiple of 16 up to %d, TOKENS a "
+        fprintf(stderr, "iquant_hot: want BITS 1..4, G 1..8, DIM a multiple of 16 up to %d, TOKENS a "
                         "multiple of %d up to 2^20, ROUNDS >= 1, SPAN a multiple of %d\n", KVC_IQ_MAX_DIM, GROUP, GROUP);
         return 2;
     }

@@ -81,15 +81,6 @@ static float query_tile(const float *q, const float *xq, const float *scn, const
     return kvc_hsum256_ps(ct);
 }
 
-/* Scores of NH heads (compile-time, as BITS) for tokens j0..j1 of a tile.
- * Registers: one i32 accumulator per head (the hi half's i16 pair sums
- * weighted 256 by vpmaddwd, the lo half's 1), the word's nk code vectors
- * when they fit (bits 2 and 4; 1-bit codes are re-extracted per head), and
- * the two i16 sums of the head in progress: at most 14 of the 16 YMM
- * registers for 6 heads, where keeping hi and lo apart for all heads at once
- * spilled.
- * 1- and 2-bit tiles have the narrow query (kvc_iq_query_max): hi is zero,
- * so only the lo half's dot products are taken, half the vpmaddubsw. */
 /* One code word x (8 tokens' word of WB-bit fields) into the NH heads'
  * accumulators; qb indexes the query's 4-byte groups of the word's first
  * channels; weight: 1, or 4 for the high plane of 3-bit codes (the wide
@@ -120,6 +111,15 @@ static inline __attribute__((always_inline)) void qk_word(__m256i x, const int32
     }
 }
 
+/* Scores of NH heads (compile-time, as BITS) for tokens j0..j1 of a tile.
+ * Registers: one i32 accumulator per head (the hi half's i16 pair sums
+ * weighted 256 by vpmaddwd, the lo half's 1), the word's nk code vectors
+ * when they fit (bits 2 and 4; 1-bit codes are re-extracted per head), and
+ * the two i16 sums of the head in progress: at most 14 of the 16 YMM
+ * registers for 6 heads, where keeping hi and lo apart for all heads at once
+ * spilled.
+ * 1- and 2-bit tiles have the narrow query (kvc_iq_query_max): hi is zero,
+ * so only the lo half's dot products are taken, half the vpmaddubsw. */
 static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                            const float *alpha, const float *cterm,
                                                            int j0, int j1, float *s, int lds,
@@ -136,8 +136,8 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
         for (int w = 0; w < kw; w++) {
             _mm_prefetch((const char *)(cw + w * 16) + PF, _MM_HINT_T0);
             __m256i x = _mm256_loadu_si256((const __m256i *)(cw + w * 16));
-            if (w < kwl) qk_word(x, qh, ql, w * (8 / LB), acc, LB, NH, wide, 1);
-            else if (BITS == 3) qk_word(x, qh, ql, (w - kwl) * 8, acc, 1, NH, wide, 4);
+            if (BITS != 3 || w < kwl) qk_word(x, qh, ql, w * (8 / LB), acc, LB, NH, wide, 1);
+            else qk_word(x, qh, ql, (w - kwl) * 8, acc, 1, NH, wide, 4);
         }
         int a, e;
         lanes8(first, j0, j1, &a, &e);
