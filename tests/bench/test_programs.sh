@@ -33,7 +33,13 @@ else
     echo "FAIL: iquant_hot 2 3 64 64 2 -> $out"
     fails=$((fails + 1))
 fi
-if ! "$TMP/iquant_hot" 3 >/dev/null 2>&1; then echo "ok: iquant_hot refuses BITS 3"
-else echo "FAIL: iquant_hot accepted BITS 3"; fails=$((fails + 1)); fi
+if out=$("$TMP/iquant_hot" 3 6 128 64 2 2>&1) && grep -q "q.k .* ns/token" <<<"$out"; then
+    echo "ok: iquant_hot runs 3-bit codes"
+else
+    echo "FAIL: iquant_hot 3 6 128 64 2 -> $out"
+    fails=$((fails + 1))
+fi
+if ! "$TMP/iquant_hot" 5 >/dev/null 2>&1; then echo "ok: iquant_hot refuses BITS 5"
+else echo "FAIL: iquant_hot accepted BITS 5"; fails=$((fails + 1)); fi
 
 [[ $fails -eq 0 ]] || { echo "$fails failure(s)"; exit 1; }
