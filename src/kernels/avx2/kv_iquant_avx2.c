@@ -125,7 +125,7 @@ static inline __attribute__((always_inline)) void qk_block(const kvc_iq_ktile *t
                                                            int j0, int j1, float *s, int lds,
                                                            const int BITS, const int NH) {
     /* 3 bits: the 2-bit plane's words, then the 1-bit plane's (iquant.h) */
-    const int LB = BITS == 3 ? 2 : BITS, kw = kvc_iq_kwords(BITS, t->dim), kwl = kvc_iq_plane_kwords(LB, t->dim),
+    const int LB = kvc_iq_lo_bits(BITS), kw = kvc_iq_kwords(BITS, t->dim), kwl = kvc_iq_plane_kwords(LB, t->dim),
               wide = kvc_iq_query_max(BITS) == KVC_IQ_QMAX_WIDE; /* a constant: BITS is */
     for (int first = j0 - j0 % 8; first < j1; first += 8) {
         int b = first / KVC_IQ_KBLOCK, half = (first % KVC_IQ_KBLOCK) / 8;
@@ -183,7 +183,8 @@ static void qk_avx2(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq, 
     float xq[QK_MAXH][KVC_IQ_MAX_DIM], scn[KVC_IQ_MAX_DIM];
     const int bits = tiles[0].bits, narrow = kvc_iq_query_max(bits) == KVC_IQ_QMAX_NARROW;
     const float qlim = (float)kvc_iq_query_max(bits);
-    int width = (dim + 31) / 32 * 32; /* query bytes the words read: whole words of the widest plane */
+    const int wbits = bits == 3 ? 1 : bits; /* the plane with the widest words */
+    int width = kvc_iq_plane_kwords(wbits, dim) * kvc_iq_cpw(wbits); /* query bytes the words read */
     for (int h = 0; h < QK_MAXH && width > dim; h++) { /* beyond dim (1-bit words of 32 channels): zero */
         memset((int8_t *)qh[h] + dim, 0, (size_t)(width - dim));
         memset((int8_t *)ql[h] + dim, 0, (size_t)(width - dim));
