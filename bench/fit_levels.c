@@ -7,7 +7,7 @@
  * Reads a `kvcomp dump-kv` file and forms KIVI's groups: keys per channel over
  * GROUP tokens (default 32), values per token over GROUP channels; with
  * ROT_SEED (>= 0) every K and V row is first rotated as `+rot:seed=ROT_SEED`
- * rotates it (kvc_hadamard_create(head_dim, both sides, seed, layer)). Each
+ * rotates it (kvc_hadamard_create(head_dim, both sides, seed, layer, 0)). Each
  * value becomes its position u = (x - min) / (max - min) in its group's
  * range, weighted by (max - min)^2, so the weighted squared error in u is the
  * squared error of the decoded values. Lloyd-Max then fits four levels of u,
@@ -130,7 +130,7 @@ int main(int argc, char **argv) {
         }
         if (seed >= 0) {
             kvc_xform *x;
-            if (kvc_hadamard_create(d, KVC_HADAMARD_K | KVC_HADAMARD_V, (uint64_t)seed, (uint64_t)l, &x) != KVC_OK)
+            if (kvc_hadamard_create(d, KVC_HADAMARD_K | KVC_HADAMARD_V, (uint64_t)seed, (uint64_t)l, 0, &x) != KVC_OK)
                 return 1;
             x->ops->apply(x, 0, k, n * nkv, d, k, d);
             x->ops->apply(x, 1, v, n * nkv, d, v, d);

@@ -252,7 +252,7 @@ static kvc_status append_stream(kvc_cache *c, kvc_stream *s, int n, const float 
         const float *qg = NULL;
         if (q && qbuf) {
             for (int i = 0; i < n; i++) memcpy(qbuf + (size_t)i * c->G * d, q + (size_t)i * ldq, (size_t)c->G * d * 4);
-            if (s->xf && !mapped) s->xf->ops->apply(s->xf, 0, qbuf, n * c->G, d, qbuf, d);
+            if (s->xf && !mapped) s->xf->ops->prepare_q(s->xf, qbuf, n * c->G, d, qbuf, d);
             qg = qbuf;
         }
         const float *hk, *hv; /* the tokens as stored (f16-rounded in an f16 window) */
@@ -438,9 +438,10 @@ static kvc_status prefill_layer(kvc_cache *c, int layer, int n, const float *q, 
     return after_attend(c);
 }
 
-/* Prefill when streams live in transformed spaces: queries, keys and values
- * mapped into them once, attention and the method hooks there, the outputs
- * mapped back row by row. */
+/* Prefill when streams live in transformed spaces: a stream's transform
+ * fitted to its first rows (calibrate, while the stream is empty), queries,
+ * keys and values mapped into them once, attention and the method hooks
+ * there, the outputs mapped back row by row. */
 static kvc_status prefill_mapped(kvc_cache *c, int layer, int n, const float *q, const float *k,
                                  const float *v, float *out) {
     int nkv = c->shape.n_kv_heads, nh = c->shape.n_heads, d = c->shape.head_dim, G = c->G;
@@ -456,12 +457,15 @@ static kvc_status prefill_mapped(kvc_cache *c, int layer, int n, const float *q,
     memcpy(km, k, nk * sizeof *km);
     memcpy(vm, v, nk * sizeof *vm);
     for (int h = 0; h < nkv; h++) {
-        const kvc_xform *x = kvc_cache_stream(c, layer, h)->xf;
+        const kvc_stream *s = kvc_cache_stream(c, layer, h);
+        kvc_xform *x = s->xf;
         if (!x) continue;
+        if (s->n_pos == 0 && x->ops->calibrate)
+            x->ops->calibrate(x, q + (size_t)h * G * d, nh * d, G, k + (size_t)h * d, nkv * d, n);
         x->ops->apply(x, 0, k + (size_t)h * d, n, nkv * d, km + (size_t)h * d, nkv * d);
         x->ops->apply(x, 1, v + (size_t)h * d, n, nkv * d, vm + (size_t)h * d, nkv * d);
         for (int g = 0; g < G; g++)
-            x->ops->apply(x, 0, q + (size_t)(h * G + g) * d, n, nh * d, qm + (size_t)(h * G + g) * d, nh * d);
+            x->ops->prepare_q(x, q + (size_t)(h * G + g) * d, n, nh * d, qm + (size_t)(h * G + g) * d, nh * d);
     }
     kvc_status st = prefill_layer(c, layer, n, qm, km, vm, out);
     for (int h = 0; h < nkv && st == KVC_OK; h++) {

@@ -42,6 +42,13 @@ typedef struct kvc_xform_ops {
      * they enter the cache). */
     void (*apply)(const kvc_xform *x, int which, const float *in, int n, int ldin, float *out,
                   int ldout);
+    /* Optional: fits the map to the first rows a stream receives, before any
+     * is stored: the cache calls it once per stream, at a prefill into the
+     * empty stream, with its queries q (n tokens at stride ldq, G rows of
+     * head_dim each) and keys k (n rows at stride ldk), original space. The
+     * transform may ignore too few rows. A stream that begins with a decode
+     * append is never fitted. */
+    void (*calibrate)(kvc_xform *x, const float *q, int ldq, int G, const float *k, int ldk, int n);
     /* Optional: a hint that the query map (which = 0) or the output map (1)
      * is used next; no effect on any result. */
     void (*prefetch)(const kvc_xform *x, int which);

@@ -3,7 +3,8 @@
  * is orthonormal and its own inverse for power-of-two and block-diagonal head
  * sizes; the signed rotation maps back exactly through restore and finish_out
  * and is reproducible from its seed; a one-sided rotation (sides=k or v) is
- * the identity on the other side; attention (prefill and decode) through a
+ * the identity on the other side; smoothing weights are fitted as
+ * documented and keep scores and restored keys exact; attention (prefill and decode) through a
  * rotated cache equals attention through the unrotated one when the codec
  * loses nothing (full:f32+rot vs full:f32), and a rotated quantized cache
  * still matches the reference over what it stores; rot composes in the spec
@@ -76,9 +77,9 @@ static void test_hadamard_xform_round_trip(void **state) {
     for (int t = 0; t < N_DIMS; t++) {
         int d = DIMS[t];
         kvc_xform *x, *same, *other;
-        assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, &x), KVC_OK);
-        assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, &same), KVC_OK);
-        assert_int_equal(kvc_hadamard_create(d, BOTH, 6, 3, &other), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, 0, &x), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, 0, &same), KVC_OK);
+        assert_int_equal(kvc_hadamard_create(d, BOTH, 6, 3, 0, &other), KVC_OK);
         float a[2][128], b[2][128], ra[2][128], back[2][128], rs[128], ro[128];
         for (int r = 0; r < 2; r++)
             for (int c = 0; c < d; c++) a[r][c] = frand(), b[r][c] = frand();
@@ -104,12 +105,104 @@ static void test_hadamard_xform_round_trip(void **state) {
         kvc_xform_release(other);
     }
     kvc_xform *bad;
-    assert_int_equal(kvc_hadamard_create(0, BOTH, 1, 0, &bad), KVC_ERR_ARG);
+    assert_int_equal(kvc_hadamard_create(0, BOTH, 1, 0, 0, &bad), KVC_ERR_ARG);
     assert_null(bad);
-    assert_int_equal(kvc_hadamard_create(64, 0, 1, 0, &bad), KVC_ERR_ARG);
+    assert_int_equal(kvc_hadamard_create(64, 0, 1, 0, 0, &bad), KVC_ERR_ARG);
     assert_null(bad);
-    assert_int_equal(kvc_hadamard_create(64, 4, 1, 0, &bad), KVC_ERR_ARG);
+    assert_int_equal(kvc_hadamard_create(64, 4, 1, 0, 0, &bad), KVC_ERR_ARG);
     assert_null(bad);
+}
+
+/* Per channel c of k [n][d] (stride d): the spread around the mean; of q
+ * [n][G][d]: the root mean square over tokens and heads. */
+static void spread_and_rms(const float *k, const float *q, int n, int G, int d, int c, double *k_std, double *q_rms) {
+    double s = 0, ss = 0, qq = 0;
+    for (int t = 0; t < n; t++) {
+        s += k[(size_t)t * d + c], ss += (double)k[(size_t)t * d + c] * k[(size_t)t * d + c];
+        for (int g = 0; g < G; g++) qq += (double)q[((size_t)t * G + g) * d + c] * q[((size_t)t * G + g) * d + c];
+    }
+    *k_std = sqrt(fmax(ss / n - (s / n) * (s / n), 0));
+    *q_rms = sqrt(qq / ((double)n * G));
+}
+
+/* The key weight w_c a fitted transform gives channel c: the keys' map sends
+ * e_c to a vector of norm 1 / w_c. */
+static double key_weight(const kvc_xform *x, int d, int c) {
+    float e[128] = {0}, y[128];
+    e[c] = 1;
+    x->ops->apply(x, 0, e, 1, 128, y, 128);
+    double n2 = 0;
+    for (int i = 0; i < d; i++) n2 += (double)y[i] * y[i];
+    return 1 / sqrt(n2);
+}
+
+/* Smoothing: the weights fitted by calibrate follow (std(k_c) / rms(q_c))^a
+ * up to a common factor, with a constant channel clamped, not infinite;
+ * scores, restored keys and the values' map are unchanged by them; too few
+ * rows, a = 0 or a values-only rotation fit nothing. */
+static void test_hadamard_smoothing(void **state) {
+    (void)state;
+    enum { D = 64, GQ = 3, NT = 100 };
+    rng = 13;
+    static float k[NT * D], q[NT * GQ * D];
+    for (int t = 0; t < NT; t++)
+        for (int c = 0; c < D; c++) {
+            k[t * D + c] = c == 5 ? 7.0f : 3.0f + (float)(1 << (c % 5)) * frand(); /* channel 5 constant */
+            for (int g = 0; g < GQ; g++) q[(t * GQ + g) * D + c] = (float)(1 << ((3 * c) % 4)) * frand();
+        }
+    kvc_xform *x, *plain, *half;
+    assert_int_equal(kvc_hadamard_create(D, BOTH, 5, 3, 1.0f, &x), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(D, BOTH, 5, 3, 0, &plain), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(D, BOTH, 5, 3, 0.5f, &half), KVC_OK);
+    x->ops->calibrate(x, q, GQ * D, GQ, k, D, NT);
+    half->ops->calibrate(half, q, GQ * D, GQ, k, D, NT);
+    plain->ops->calibrate(plain, q, GQ * D, GQ, k, D, NT);
+    /* the floors of hadamard.c: 1e-3 of the mean over channels */
+    double sd[D], rm[D], fs = 0, fr = 0;
+    for (int c = 0; c < D; c++) spread_and_rms(k, q, NT, GQ, D, c, &sd[c], &rm[c]), fs += 1e-3 * sd[c] / D, fr += 1e-3 * rm[c] / D;
+    for (int c = 1; c < D; c++) {
+        if (c == 5) continue;
+        double want = ((sd[c] + fs) / (rm[c] + fr)) / ((sd[0] + fs) / (rm[0] + fr));
+        double got = key_weight(x, D, c) / key_weight(x, D, 0);
+        if (fabs(got / want - 1) > 1e-3) fail_msg("a = 1, channel %d: weight ratio %g, want %g", c, got, want);
+        got = key_weight(half, D, c) / key_weight(half, D, 0);
+        if (fabs(got / sqrt(want) - 1) > 1e-3) fail_msg("a = 1/2, channel %d: weight ratio %g, want %g", c, got, sqrt(want));
+        assert_true(fabs(key_weight(plain, D, c) - 1) < 1e-5);
+    }
+    double w5 = key_weight(x, D, 5);
+    assert_true(isfinite(w5) && w5 >= 1 / KVC_HADAMARD_MAX_W * (1 - 1e-5));
+    /* scores, restored keys and values are those of the exact map */
+    float a[D], b[D], ra[D], rb[D], pa[D], back[D];
+    for (int c = 0; c < D; c++) a[c] = frand(), b[c] = frand();
+    x->ops->apply(x, 0, a, 1, D, ra, D);
+    x->ops->prepare_q(x, b, 1, D, rb, D);
+    double dot = 0, rdot = 0;
+    for (int c = 0; c < D; c++) dot += (double)a[c] * b[c], rdot += (double)ra[c] * rb[c];
+    assert_true(fabs(dot - rdot) <= 1e-5 * (1 + fabs(dot)));
+    x->ops->restore(x, 0, ra, 1, D, back, D);
+    expect_close(back, a, D, 1e-5, "restore of smoothed keys");
+    x->ops->apply(x, 1, a, 1, D, ra, D);
+    plain->ops->apply(plain, 1, a, 1, D, pa, D);
+    assert_memory_equal(ra, pa, sizeof ra);
+    /* fewer rows than KVC_HADAMARD_MIN_FIT, or only the values rotated: nothing fitted */
+    kvc_xform *few, *vonly;
+    assert_int_equal(kvc_hadamard_create(D, BOTH, 5, 3, 1.0f, &few), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(D, KVC_HADAMARD_V, 5, 3, 1.0f, &vonly), KVC_OK);
+    few->ops->calibrate(few, q, GQ * D, GQ, k, D, KVC_HADAMARD_MIN_FIT - 1);
+    vonly->ops->calibrate(vonly, q, GQ * D, GQ, k, D, NT);
+    few->ops->apply(few, 0, a, 1, D, ra, D);
+    plain->ops->apply(plain, 0, a, 1, D, pa, D);
+    assert_memory_equal(ra, pa, sizeof ra);
+    vonly->ops->prepare_q(vonly, a, 1, D, ra, D);
+    assert_memory_equal(ra, a, sizeof ra);
+    kvc_xform *bad;
+    assert_int_equal(kvc_hadamard_create(D, BOTH, 5, 3, 1.5f, &bad), KVC_ERR_ARG);
+    assert_null(bad);
+    kvc_xform_release(x);
+    kvc_xform_release(plain);
+    kvc_xform_release(half);
+    kvc_xform_release(few);
+    kvc_xform_release(vonly);
 }
 
 /* A one-sided rotation: the rotated side is the two-sided map (same signs),
@@ -119,9 +212,9 @@ static void test_hadamard_one_side(void **state) {
     rng = 12;
     const int d = 96;
     kvc_xform *both, *side[2];
-    assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, &both), KVC_OK);
-    assert_int_equal(kvc_hadamard_create(d, KVC_HADAMARD_K, 5, 3, &side[0]), KVC_OK);
-    assert_int_equal(kvc_hadamard_create(d, KVC_HADAMARD_V, 5, 3, &side[1]), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(d, BOTH, 5, 3, 0, &both), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(d, KVC_HADAMARD_K, 5, 3, 0, &side[0]), KVC_OK);
+    assert_int_equal(kvc_hadamard_create(d, KVC_HADAMARD_V, 5, 3, 0, &side[1]), KVC_OK);
     float a[128], rot[128], out[128], back[128];
     for (int c = 0; c < d; c++) a[c] = frand();
     both->ops->apply(both, 0, a, 1, 128, rot, 128);
@@ -209,6 +302,8 @@ static void test_rotated_f32_cache_is_exact(void **state) {
     run_pair("full:f32", "full:f32+rot:seed=9", 96, 2e-5); /* block-diagonal 64 + 32 */
     run_pair("full:f32", "full:f32+rot:sides=k", 64, 2e-5);
     run_pair("full:f32", "full:f32+rot:sides=v", 96, 2e-5);
+    run_pair("full:f32", "full:f32+rot:smooth=0", 64, 2e-5);
+    run_pair("full:f32", "full:f32+rot:smooth=1", 96, 2e-5); /* weights fitted to the first prefill */
     /* tuned with every side f32 and an f32 window: lossless, so +rot is exact too */
     char path[64], plain[160], rotated[160];
     const kvc_tuned_codec f32 = {32, 0};
@@ -226,11 +321,17 @@ static void test_rotated_f32_cache_is_exact(void **state) {
 static void check_rotated_reference(const char *spec, int d, int n, int layer) {
     kvc_cache *c = make(spec, d, n + 1, NULL);
     float *k = malloc(sizeof(float) * n * NKV * d), *v = malloc(sizeof(float) * n * NKV * d);
+    float *qs = malloc(sizeof(float) * n * NH * d), *outs = malloc(sizeof(float) * n * NH * d);
     float q[NH * 128], out[NH * 128], ref[G * 128];
     kvc_synth_kv(NKV, d, 0, n, 8, k, v);
     rng = 4;
     for (int i = 0; i < NH * d; i++) q[i] = frand();
-    assert_int_equal(kvc_cache_load(c, layer, n, k, v), KVC_OK);
+    for (size_t i = 0; i < (size_t)n * NH * d; i++) qs[i] = frand() * (float)(1 + i % 3);
+    /* a prefill with queries (which fits a smoothing rotation), or only K/V */
+    if (strstr(spec, "smooth=")) assert_int_equal(kvc_cache_prefill(c, layer, n, qs, k, v, outs), KVC_OK);
+    else assert_int_equal(kvc_cache_load(c, layer, n, k, v), KVC_OK);
+    free(qs);
+    free(outs);
     assert_int_equal(kvc_cache_attend(c, layer, q, out), KVC_OK);
     for (int h = 0; h < NKV; h++) {
         kvc_stream *s = kvc_cache_stream(c, layer, h);
@@ -251,6 +352,8 @@ static void test_rotated_quantized_matches_reference(void **state) {
     check_rotated_reference("kivi:bits=3,group=8+rot", 64, 300, 0);
     check_rotated_reference("kivi:bits=3,group=8+rot:sides=v", 64, 300, 1);
     check_rotated_reference("kivi:bits=3,group=8+rot:sides=k", 96, 300, 0);
+    check_rotated_reference("kivi:bits=3,group=8+rot:smooth=0.5", 64, 300, 0);
+    check_rotated_reference("kivi:bits=2,group=8+rot:smooth=1,sides=k", 96, 300, 1);
     /* tuned: float-kernel codecs (groups that are not multiples of 16) per
      * layer and side, dense sides too, head dims 64 and 96 */
     char path[64], spec[160];
@@ -291,6 +394,8 @@ static void test_spec(void **state) {
     expect_refused("kivi+rot:seed=2147483648", "seed");
     expect_refused("kivi+rot:bits=2", "bits");
     expect_refused("kivi+rot:sides=q", "sides");
+    expect_refused("kivi+rot:smooth=1.5", "smooth");
+    expect_refused("kivi+rot:smooth=-0.1", "smooth");
     expect_refused("kivi+rot+rot", "stacked twice");
     expect_refused("mosaic+rot", "cannot be stacked on mosaic");
     expect_refused("streaming+rot", "cannot be stacked on streaming");
@@ -300,6 +405,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fwht_orthonormal_involution),
         cmocka_unit_test(test_hadamard_xform_round_trip),
+        cmocka_unit_test(test_hadamard_smoothing),
         cmocka_unit_test(test_hadamard_one_side),
         cmocka_unit_test(test_rotated_f32_cache_is_exact),
         cmocka_unit_test(test_rotated_quantized_matches_reference),

@@ -9,6 +9,12 @@
  * head, so per-group ranges are tighter (QuaRot, Ashkboos et al., NeurIPS
  * 2024, rotates its 4-bit KV cache the same way).
  *
+ * With `smooth` > 0 each KV head's keys are also divided, and its queries
+ * multiplied, by per-channel weights fitted to the stream's first prefill
+ * (hadamard.h): the spread of a key channel is moved onto the query before
+ * the rotation mixes the channels. Each (layer, KV head) has its own
+ * transform; the heads of a layer share the signs.
+ *
  * The whole stream lives in the rotated space (kvc_stream.xf), the dense hot
  * window included: every hook of the base method (ThinK's and MUSTAFAR's
  * per-channel query statistics among them) sees keys and queries in the one
@@ -23,7 +29,8 @@
 
 typedef struct rot_cfg {
     int seed;
-    int sides; /* index into "kv|k|v" */
+    int sides;    /* index into "kv|k|v" */
+    float smooth; /* exponent of the key weights fitted at the first prefill; 0: plain rotation */
 } rot_cfg;
 
 static const kvc_param rot_params[] = {
@@ -31,6 +38,9 @@ static const kvc_param rot_params[] = {
      .max = 2147483647, .help = "seed of the random signs (drawn per layer)"},
     {.key = "sides", .type = KVC_PARAM_ENUM, .offset = offsetof(rot_cfg, sides), .def = "kv", .choices = "kv|k|v",
      .help = "what is rotated: keys and values, keys (and queries) only, values (and outputs) only"},
+    {.key = "smooth", .type = KVC_PARAM_FLOAT, .offset = offsetof(rot_cfg, smooth), .def = "0.5", .min = 0,
+     .max = 1,
+     .help = "exponent of the per-channel key weights (std(k)/rms(q))^a fitted to each stream's first prefill; 0: none"},
 };
 
 /* The "kv|k|v" choice as the transform's side mask. */
@@ -40,14 +50,14 @@ static unsigned side_mask(int choice) {
 }
 
 typedef struct rot_state {
-    int n_layers;
-    kvc_xform **xf; /* [n_layers]: one rotation per layer, shared by its KV heads */
+    int n_layers, n_kv_heads;
+    kvc_xform **xf; /* [n_layers][n_kv_heads]: the signs of the layer, the weights of the head */
 } rot_state;
 
 static void rot_destroy(void *state) {
     rot_state *st = state;
     if (!st) return;
-    for (int l = 0; st->xf && l < st->n_layers; l++) kvc_xform_release(st->xf[l]);
+    for (int i = 0; st->xf && i < st->n_layers * st->n_kv_heads; i++) kvc_xform_release(st->xf[i]);
     free(st->xf);
     free(st);
 }
@@ -57,11 +67,13 @@ static kvc_status rot_create(const kvc_method_env *env, void **state) {
     rot_state *st = calloc(1, sizeof *st);
     if (!st) return kvc_fail(KVC_ERR_NOMEM, "rot state");
     st->n_layers = env->n_layers;
-    st->xf = calloc((size_t)env->n_layers, sizeof *st->xf);
-    kvc_status s = st->xf ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "rot: %d layer rotations", env->n_layers);
-    for (int l = 0; l < env->n_layers && s == KVC_OK; l++)
-        s = kvc_hadamard_create(env->head_dim, side_mask(cfg->sides), (uint64_t)cfg->seed, (uint64_t)l,
-                                &st->xf[l]);
+    st->n_kv_heads = env->n_kv_heads;
+    int n = env->n_layers * env->n_kv_heads;
+    st->xf = calloc((size_t)n, sizeof *st->xf);
+    kvc_status s = st->xf ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "rot: %d rotations", n);
+    for (int i = 0; i < n && s == KVC_OK; i++)
+        s = kvc_hadamard_create(env->head_dim, side_mask(cfg->sides), (uint64_t)cfg->seed,
+                                (uint64_t)(i / env->n_kv_heads), cfg->smooth, &st->xf[i]);
     if (s != KVC_OK) {
         rot_destroy(st);
         return s;
@@ -71,9 +83,9 @@ static kvc_status rot_create(const kvc_method_env *env, void **state) {
 }
 
 static kvc_xform *rot_stream_xform(void *state, int layer, int head) {
-    (void)head;
     const rot_state *st = state;
-    return layer >= 0 && layer < st->n_layers ? st->xf[layer] : NULL;
+    if (layer < 0 || layer >= st->n_layers || head < 0 || head >= st->n_kv_heads) return NULL;
+    return st->xf[layer * st->n_kv_heads + head];
 }
 
 const kvc_method kvc_method_rot = {
