@@ -367,6 +367,43 @@ static void test_rotated_quantized_matches_reference(void **state) {
     unlink(path);
 }
 
+/* Whether every stream of a layer has key weights of 1 after a prefill of n
+ * tokens (the plain rotation), or every one has fitted weights. */
+static int fitted_weights(const char *spec, int n) {
+    enum { D = 64 };
+    kvc_cache *c = make(spec, D, n, NULL);
+    float *k = malloc(sizeof(float) * n * NKV * D), *v = malloc(sizeof(float) * n * NKV * D);
+    float *q = malloc(sizeof(float) * n * NH * D), *out = malloc(sizeof(float) * n * NH * D);
+    kvc_synth_kv(NKV, D, 0, n, 8, k, v);
+    rng = 5;
+    for (size_t i = 0; i < (size_t)n * NH * D; i++) q[i] = frand() * (float)(1 + i % 4);
+    assert_int_equal(kvc_cache_prefill(c, 0, n, q, k, v, out), KVC_OK);
+    int fitted = 0;
+    for (int h = 0; h < NKV; h++) {
+        const kvc_xform *x = kvc_cache_stream(c, 0, h)->xf;
+        int unit = 1;
+        for (int ch = 0; ch < D; ch++) unit &= fabs(key_weight(x, D, ch) - 1) < 1e-5;
+        fitted += !unit;
+    }
+    free(k); free(v); free(q); free(out);
+    kvc_cache_free(c);
+    assert_true(fitted == 0 || fitted == NKV);
+    return fitted == NKV;
+}
+
+/* The default smoothing follows the base: on for per-channel key quantizers
+ * (kivi, kvmix, tuned), off for the rest; an explicit value wins; a first
+ * prefill shorter than KVC_HADAMARD_MIN_FIT fits nothing. */
+static void test_smoothing_default_by_base(void **state) {
+    (void)state;
+    assert_true(fitted_weights("kivi:bits=2+rot", 64));
+    assert_false(fitted_weights("kivi:bits=2+rot:smooth=0", 64));
+    assert_false(fitted_weights("mustafar+rot", 64));
+    assert_true(fitted_weights("mustafar+rot:smooth=0.5", 64));
+    assert_false(fitted_weights("full:f32+rot", 64));
+    assert_false(fitted_weights("kivi:bits=2+rot", KVC_HADAMARD_MIN_FIT - 1));
+}
+
 static void expect_refused(const char *spec, const char *needle) {
     kvc_spec s;
     kvc_status st = kvc_spec_parse(spec, &s);
@@ -395,7 +432,8 @@ static void test_spec(void **state) {
     expect_refused("kivi+rot:bits=2", "bits");
     expect_refused("kivi+rot:sides=q", "sides");
     expect_refused("kivi+rot:smooth=1.5", "smooth");
-    expect_refused("kivi+rot:smooth=-0.1", "smooth");
+    expect_refused("kivi+rot:smooth=-0.1", "smooth=-0.1 is neither -1");
+    expect_refused("kivi+rot:smooth=-2", "smooth");
     expect_refused("kivi+rot+rot", "stacked twice");
     expect_refused("mosaic+rot", "cannot be stacked on mosaic");
     expect_refused("streaming+rot", "cannot be stacked on streaming");
@@ -409,6 +447,7 @@ int main(void) {
         cmocka_unit_test(test_hadamard_one_side),
         cmocka_unit_test(test_rotated_f32_cache_is_exact),
         cmocka_unit_test(test_rotated_quantized_matches_reference),
+        cmocka_unit_test(test_smoothing_default_by_base),
         cmocka_unit_test(test_spec),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -75,7 +75,8 @@ const kvc_method kvc_method_kivi = {
     .name = "kivi",
     .summary = "2/4-bit asymmetric quantization: K per channel, V per token, recent window dense",
     .paper = "KIVI (Liu et al., ICML 2024; baseline of KVmix, PackKV, MUSTAFAR)",
-    .flags = KVC_METHOD_BASE | KVC_METHOD_MODIFIER, /* "mustafar:...+kivi:bits=2" quantizes mustafar's kept values */
+    /* a modifier too: "mustafar:...+kivi:bits=2" quantizes mustafar's kept values */
+    .flags = KVC_METHOD_BASE | KVC_METHOD_MODIFIER | KVC_METHOD_KEYS_PER_CHANNEL,
     .params = kivi_params,
     .n_params = (int)(sizeof kivi_params / sizeof kivi_params[0]),
     .positional = -1,

@@ -170,6 +170,9 @@ enum kvc_method_flags {
     KVC_METHOD_BASE = 1u << 0,        /* may be the first layer of a spec */
     KVC_METHOD_MODIFIER = 1u << 1,    /* may follow '+' */
     KVC_METHOD_WANTS_ATTN = 1u << 2,  /* call on_attn after each decode attend */
+    /* quantizes keys per channel over groups of tokens, so a constant key
+     * offset costs it nothing: `rot` smooths such a base's keys by default */
+    KVC_METHOD_KEYS_PER_CHANNEL = 1u << 3,
 };
 
 /* A registry row (designated initialisers in method_registry.c). */

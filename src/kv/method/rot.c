@@ -9,10 +9,10 @@
  * head, so per-group ranges are tighter (QuaRot, Ashkboos et al., NeurIPS
  * 2024, rotates its 4-bit KV cache the same way).
  *
- * With `smooth` > 0 each KV head's keys are also divided, and its queries
- * multiplied, by per-channel weights fitted to the stream's first prefill
- * (hadamard.h): the spread of a key channel is moved onto the query before
- * the rotation mixes the channels. Each (layer, KV head) has its own
+ * With `smooth` > 0 (by default for kivi, kvmix and tuned) each KV head's
+ * keys are also divided, and its queries multiplied, by per-channel weights
+ * fitted to the stream's first prefill (hadamard.h): the spread of a key
+ * channel is moved onto the query before the rotation mixes the channels. Each (layer, KV head) has its own
  * transform; the heads of a layer share the signs.
  *
  * The whole stream lives in the rotated space (kvc_stream.xf), the dense hot
@@ -30,17 +30,36 @@
 typedef struct rot_cfg {
     int seed;
     int sides;    /* index into "kv|k|v" */
-    float smooth; /* exponent of the key weights fitted at the first prefill; 0: plain rotation */
+    float smooth; /* exponent of the key weights fitted at the first prefill; 0: plain rotation; -1: by the base */
 } rot_cfg;
+
+/* smooth is -1 (the base decides) or an exponent in [0, 1]. */
+static kvc_status rot_check(const void *cfgp) {
+    const rot_cfg *cfg = cfgp;
+    KVC_CHECK(cfg->smooth == -1.0f || cfg->smooth >= 0, KVC_ERR_ARG,
+              "rot: smooth=%g is neither -1 (by the base method) nor in [0, 1]", (double)cfg->smooth);
+    return KVC_OK;
+}
+
+/* The default exponent: 0.5 where the base quantizes keys per channel. A
+ * per-token codec (MUSTAFAR's pruning, PackKV's token-wise codes) pays for a
+ * key channel's constant offset, which the weights (fitted to the spread)
+ * can enlarge: mustafar+rot with a = 0.5 had 10x the KL of the plain
+ * rotation on SmolLM2-135M (docs/benchmarks.md "Smoothed rotation"). */
+static float smooth_exponent(const rot_cfg *cfg, const kvc_method *base) {
+    if (cfg->smooth >= 0) return cfg->smooth;
+    return (base->flags & KVC_METHOD_KEYS_PER_CHANNEL) ? 0.5f : 0.0f;
+}
 
 static const kvc_param rot_params[] = {
     {.key = "seed", .type = KVC_PARAM_INT, .offset = offsetof(rot_cfg, seed), .def = "1", .min = 0,
      .max = 2147483647, .help = "seed of the random signs (drawn per layer)"},
     {.key = "sides", .type = KVC_PARAM_ENUM, .offset = offsetof(rot_cfg, sides), .def = "kv", .choices = "kv|k|v",
      .help = "what is rotated: keys and values, keys (and queries) only, values (and outputs) only"},
-    {.key = "smooth", .type = KVC_PARAM_FLOAT, .offset = offsetof(rot_cfg, smooth), .def = "0.5", .min = 0,
+    {.key = "smooth", .type = KVC_PARAM_FLOAT, .offset = offsetof(rot_cfg, smooth), .def = "-1", .min = -1,
      .max = 1,
-     .help = "exponent of the per-channel key weights (std(k)/rms(q))^a fitted to each stream's first prefill; 0: none"},
+     .help = "exponent of the per-channel key weights (std(k)/rms(q))^a fitted to each stream's first prefill; "
+             "0: none; -1: 0.5 for bases that quantize keys per channel (kivi, kvmix, tuned), else 0"},
 };
 
 /* The "kv|k|v" choice as the transform's side mask. */
@@ -73,7 +92,7 @@ static kvc_status rot_create(const kvc_method_env *env, void **state) {
     kvc_status s = st->xf ? KVC_OK : kvc_fail(KVC_ERR_NOMEM, "rot: %d rotations", n);
     for (int i = 0; i < n && s == KVC_OK; i++)
         s = kvc_hadamard_create(env->head_dim, side_mask(cfg->sides), (uint64_t)cfg->seed,
-                                (uint64_t)(i / env->n_kv_heads), cfg->smooth, &st->xf[i]);
+                                (uint64_t)(i / env->n_kv_heads), smooth_exponent(cfg, env->stack[0]), &st->xf[i]);
     if (s != KVC_OK) {
         rot_destroy(st);
         return s;
@@ -97,6 +116,7 @@ const kvc_method kvc_method_rot = {
     .n_params = (int)(sizeof rot_params / sizeof rot_params[0]),
     .positional = 0,
     .cfg_size = sizeof(rot_cfg),
+    .check = rot_check,
     .ops = {
         .create = rot_create,
         .destroy = rot_destroy,
