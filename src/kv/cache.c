@@ -513,7 +513,7 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
     const kvc_xform *prev_space = NULL;
     for (int i = 0; i < c->n_streams; i++) {
         const kvc_stream *s = c->streams[i];
-        if (s->xf && s->xf != prev_space) out->meta_bytes += s->xf->ops->bytes(s->xf); /* once per layer if shared */
+        if (s->xf && s->xf != prev_space) out->meta_bytes += s->xf->ops->bytes(s->xf); /* once for streams that share it */
         prev_space = s->xf;
         const kvc_xform *prev = NULL;
         for (int ci = 0; ci < s->n_chunks; ci++) {
