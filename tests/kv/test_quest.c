@@ -30,7 +30,9 @@
 #include "kv/synth.h"
 
 
-/* Checks every token of every unit of x against its bounds: k [n][d]. */
+/* Checks every token of every unit of x against its bounds: k [n][d]. The
+ * score bounds each head's q·k when it is the largest head bound (with the
+ * heads summed it bounds their sum: test_bound_random). */
 static void check_bounds(const kvc_minmax *x, const float *k, int d, const float *q, int G) {
     float b[8];
     int nu = kvc_selector_minmax.n_units(x);
@@ -48,7 +50,7 @@ static void check_bounds(const kvc_minmax *x, const float *k, int d, const float
                 }
                 if (!(dot <= b[g] + 1e-5 * (1.0 + mag)))
                     fail_msg("unit %d token %d head %d: q.k %g above the bound %g", u, t, g, dot, b[g]);
-                if (!(dot <= sc[u] + 1e-5 * (1.0 + mag)))
+                if (!(kvc_minmax_flags(x) & KVC_MM_HEADS_SUM) && !(dot <= sc[u] + 1e-5 * (1.0 + mag)))
                     fail_msg("unit %d token %d head %d: q.k %g above the score %g", u, t, g, dot, sc[u]);
             }
         }
@@ -74,7 +76,7 @@ static void test_bound_random(void **state) {
     kvc_codecs_init();
     enum { D = 64, NT = 2000, G = 3 };
     float *k = malloc(sizeof(float) * NT * D), q[G * D];
-    for (int fmt = 0; fmt < 2; fmt++) /* f16, q8 */
+    for (int fmt = 0; fmt <= KVC_MM_FLAGS; fmt++) /* f16, q8, each with the heads' max or sum */
     for (int kind = 0; kind < 4; kind++) {
         make_keys(k, NT, D, kind);
         kvc_minmax *x;
@@ -90,17 +92,30 @@ static void test_bound_random(void **state) {
         for (int trial = 0; trial < 5; trial++) {
             for (int i = 0; i < G * D; i++) q[i] = frand() * (trial + 1);
             check_bounds(x, k, D, q, G);
-            /* the score is the largest head bound */
-            int nu = kvc_selector_minmax.n_units(x);
+            /* the score is the largest head bound, or with KVC_MM_HEADS_SUM their sum,
+             * which bounds the sum of the heads' scores of every key of the unit */
+            int nu = kvc_selector_minmax.n_units(x), summed = (fmt & KVC_MM_HEADS_SUM) != 0;
             float *sc = malloc(sizeof(float) * nu), b[G];
             kvc_selector_minmax.score(x, q, G, D, sc);
-            for (int u = 0; u < nu; u++) {
+            for (int u = 0, t0 = 0; u < nu; u++) {
                 kvc_minmax_bounds(x, u, q, G, D, b);
                 float m = b[0] > b[1] ? b[0] : b[1];
-                m = m > b[2] ? m : b[2];
+                m = summed ? b[0] + b[1] + b[2] : m > b[2] ? m : b[2];
                 /* the same bound summed in another order (split query, f16 dot kernel) */
                 if (!(fabsf(sc[u] - m) <= 1e-5f * (1.0f + fabsf(m)) * D))
-                    fail_msg("unit %d: score %g, largest head bound %g", u, sc[u], m);
+                    fail_msg("fmt %d, unit %d: score %g, %s of the head bounds %g", fmt, u, sc[u],
+                             summed ? "sum" : "largest", m);
+                kvc_range r = kvc_selector_minmax.unit(x, u);
+                assert_int_equal(r.begin, t0);
+                for (int tok = r.begin; summed && tok < r.end; tok++) {
+                    double all = 0.0;
+                    for (int g = 0; g < G; g++)
+                        for (int i = 0; i < D; i++) all += (double)q[g * D + i] * k[(size_t)tok * D + i];
+                    if (!(all <= sc[u] + 1e-4 * (1.0 + fabs(all)) * D))
+                        fail_msg("fmt %d, unit %d, token %d: heads' scores sum to %g above the bound %g", fmt, u,
+                                 tok, all, sc[u]);
+                }
+                t0 = r.end;
             }
             free(sc);
         }
@@ -111,9 +126,9 @@ static void test_bound_random(void **state) {
 
 /* score_range (the driver's pieces of a chunk) gives score's values bit for
  * bit for every range [u0, u1) with u0 on a 16-unit block and u1 on one or
- * at the end: f16 and q8 indexes (q8: ranges in the 8-bit blocks, across
- * into the open f16 block, and inside it), unit counts that are and are not
- * multiples of 16, G = 1..8. */
+ * at the end: f16 and q8 indexes, each with the heads' max or sum (q8:
+ * ranges in the 8-bit blocks, across into the open f16 block, and inside
+ * it), unit counts that are and are not multiples of 16, G = 1..8. */
 static void test_score_range(void **state) {
     (void)state;
     kvc_codecs_init();
@@ -121,7 +136,7 @@ static void test_score_range(void **state) {
     uint64_t saved = rng; /* the later tests see the random numbers they saw before this test */
     const int counts[] = {1, 15, 16, 17, 48, 77, 200};
     float *k = malloc(sizeof(float) * 200 * 3 * D), q[8 * D];
-    for (int fmt = 0; fmt < 2; fmt++)
+    for (int fmt = 0; fmt <= KVC_MM_FLAGS; fmt++)
         for (int ni = 0; ni < 7; ni++) {
             int nu = counts[ni];
             make_keys(k, 200 * 3, D, ni % 4);
@@ -171,8 +186,12 @@ static void test_q8_round_trip(void **state) {
         make_keys(k, NT, D, kind);
         kvc_minmax *f, *x;
         assert_int_equal(kvc_minmax_create(D, &f), KVC_OK);
-        assert_int_equal(kvc_minmax_create_fmt(D, 1, &x), KVC_OK);
+        assert_int_equal(kvc_minmax_create_fmt(D, KVC_MM_Q8, &x), KVC_OK);
         assert_true(kvc_minmax_is_q8(x) && !kvc_minmax_is_q8(f));
+        assert_int_equal(kvc_minmax_flags(x), KVC_MM_Q8);
+        kvc_minmax *bad = NULL;
+        assert_int_equal(kvc_minmax_create_fmt(D, KVC_MM_FLAGS + 1, &bad), KVC_ERR_ARG);
+        assert_null(bad);
         int t = 0;
         while (t < NT) {
             int len = 1 + (int)((frand() + 1.0f) * 20.0f);

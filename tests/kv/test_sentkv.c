@@ -294,6 +294,7 @@ static void test_sentkv_layout(void **state) {
     check_layout("sentkv:0.1", 14, 8);
     check_layout("sentkv:0.1,L=20,delta=4,block=64", 20, 4);
     check_layout("sentkv:0.1,profile=q8", 14, 8); /* the 8-bit profiles: the same units */
+    check_layout("sentkv:0.1,profile=q8,heads=max", 14, 8);
 }
 
 static void test_sentkv_all_is_full(void **state) {
@@ -313,6 +314,8 @@ static void test_sentkv_usage(void **state) {
     run("sentkv:usage=0.2,split=length", 0, 0.2, &ro);
     run("sentkv:usage=0.2,split=punct,cap=30", 0, 0.2, &ro);
     run("sentkv:usage=0.1,profile=q8", 0, 0.1, &ro);
+    run("sentkv:usage=0.1,heads=max", 0, 0.1, &ro); /* sentences scored by the best head's bound */
+    run("sentkv:usage=0.2,profile=q8,heads=max", 0, 0.2, &ro);
 }
 
 /* Streaming: live tokens = sinks + the recent window (the hot window may hold
@@ -460,6 +463,7 @@ static void test_bad_specs(void **state) {
     assert_int_equal(kvc_method_validate("sentkv:usage=-0.1"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("sentkv:split=commas"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("sentkv:profile=q4"), KVC_ERR_ARG);
+    assert_int_equal(kvc_method_validate("sentkv:heads=mean"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("sentkv:L=0"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("streaming:sinks=-1"), KVC_ERR_ARG);
     assert_int_equal(kvc_method_validate("sentkv:0.2,L=20,delta=5,split=flat"), KVC_OK);

@@ -122,7 +122,7 @@ static void test_real_key_bounds(void **state) {
             kvc_minmax *x, *y, *z; /* pages (f16), sentences (f16), sentences (q8, sentkv's default) */
             assert_int_equal(kvc_minmax_create(d, &x), KVC_OK);
             assert_int_equal(kvc_minmax_create(d, &y), KVC_OK);
-            assert_int_equal(kvc_minmax_create_fmt(d, 1, &z), KVC_OK);
+            assert_int_equal(kvc_minmax_create_fmt(d, KVC_MM_Q8, &z), KVC_OK);
             for (int t = 0; t < NTOK; t += PAGE)
                 assert_int_equal(kvc_minmax_add(x, kh + t * row, PAGE < NTOK - t ? PAGE : NTOK - t, (int)row), KVC_OK);
             for (int64_t i = 0, b = 0; i < sp.n_ends; b = sp.ends[i++]) {

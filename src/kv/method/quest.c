@@ -67,14 +67,14 @@ static kvc_status quest_build_chunk(void *state, kvc_stream *s, void *sstate, co
     (void)sstate;
     const quest_cfg *c = state;
     *out = NULL;
-    if (!selective(c, s)) return kvc_unit_chunks_append(s, c->block, 0, 0, k, v, pos0, &n, 1);
+    if (!selective(c, s)) return kvc_unit_chunks_append(s, c->block, KVC_UNITS_PLAIN, 0, k, v, pos0, &n, 1);
     KVC_CHECK(n % c->page == 0, KVC_ERR_INTERNAL, "quest: %d leaving tokens are not whole pages of %d", n,
               c->page);
     int np = n / c->page;
     int *len = malloc((size_t)(np ? np : 1) * sizeof *len);
     if (!len) return kvc_fail(KVC_ERR_NOMEM, "quest pages (%d)", np);
     for (int i = 0; i < np; i++) len[i] = c->page;
-    kvc_status st = kvc_unit_chunks_append(s, c->block, 1, 0, k, v, pos0, len, np);
+    kvc_status st = kvc_unit_chunks_append(s, c->block, KVC_UNITS_INDEXED, 0, k, v, pos0, len, np);
     free(len);
     return st;
 }

@@ -21,7 +21,8 @@
  *    sentences that hold the first `sinks` tokens go to a chunk without
  *    profiles, which is always attended.
  *  - Selection (§4.2.1): the driver scores every sentence by its bound (the
- *    largest over the G query heads of the group) and takes whole sentences
+ *    sum over the G query heads of the group, which costs one head's
+ *    arithmetic; heads=max the largest) and takes whole sentences
  *    in score order while they fit the budget U · context − (sinks + hot
  *    window); the driver's unit statistics report how much of each step's
  *    selection the previous step had selected (the reuse rate of §4.2.2).
@@ -55,6 +56,7 @@
 #include "kv/method/sentence_split.h"
 #include "kv/method/sentence_vocab.h"
 #include "kv/method/unit_chunks.h"
+#include "kv/select/minmax.h"
 
 typedef struct sentkv_cfg {
     float usage;  /* U: fraction of the context (<= 1) or tokens (> 1) attended per step */
@@ -68,6 +70,7 @@ typedef struct sentkv_cfg {
     int near;     /* far tier: keep the last selection's blocks in RAM */
     char mem[KVC_PARAM_STR_MAX]; /* "" or the RAM allowed to sealed sentences ("256M") */
     int profile;  /* 0 f16, 1 q8 (select/minmax.h) */
+    int heads;    /* 0: a sentence scores the sum of its group's heads' bounds, 1: the largest */
 } sentkv_cfg;
 
 static const kvc_param sentkv_params[] = {
@@ -99,6 +102,10 @@ static const kvc_param sentkv_params[] = {
      .choices = "f16|q8",
      .help = "sentence profiles: f16 min/max rounded outward | 8-bit codes on a per-16-sentence grid, "
              "rounded outward (0.625x the bytes, the same KL, not faster here)"},
+    {.key = "heads", .type = KVC_PARAM_ENUM, .offset = offsetof(sentkv_cfg, heads), .def = "sum",
+     .choices = "sum|max",
+     .help = "a sentence's score for the query heads of a group: the sum of their bounds (one head's "
+             "arithmetic for all of them) | the largest"},
 };
 
 /* "" -> 0 (no limit); digits with an optional K, M or G (powers of 1024). */
@@ -278,9 +285,10 @@ static kvc_status sentkv_build_chunk(void *state, kvc_stream *s, void *sstate, c
         p = e;
     }
     kvc_status r = KVC_OK;
-    if (n_sink) r = kvc_unit_chunks_append(s, st->cfg.block, 0, KVC_CHUNK_ALWAYS, k, v, pos0, len, n_sink);
+    if (n_sink)
+        r = kvc_unit_chunks_append(s, st->cfg.block, KVC_UNITS_PLAIN, KVC_CHUNK_ALWAYS, k, v, pos0, len, n_sink);
     size_t off = (size_t)sink_tokens * s->dim;
-    int idx_fmt = st->cfg.profile ? KVC_UNITS_Q8 : KVC_UNITS_F16;
+    int idx_fmt = KVC_UNITS_INDEXED | (st->cfg.profile ? KVC_MM_Q8 : 0) | (st->cfg.heads ? 0 : KVC_MM_HEADS_SUM);
     if (r == KVC_OK && nu > n_sink && st->far && !reserve_ram(st, (int64_t)(n - sink_tokens) * s->dim * 4)) {
         kvc_codec fc = {.ops = &kvc_codec_far_f16, .dim = s->dim, .cfg = st->far};
         r = kvc_unit_chunks_encode(s, &fc, idx_fmt, KVC_CHUNK_FAR, k + off, v + off, pos0 + sink_tokens, len + n_sink,

@@ -8,13 +8,16 @@
 #include "kv/codec/dense.h"
 #include "kv/select/minmax.h"
 
+/* The min/max index's flags (KVC_MM_*) in `indexed`. */
+static int index_flags(int indexed) { return indexed & ~KVC_UNITS_INDEXED; }
+
 /* The last chunk if the next unit of len tokens at position pos may join it. */
 static kvc_chunk *open_chunk(kvc_stream *s, const kvc_codec *c, int block, int indexed,
                              uint32_t flags, int64_t pos, int len) {
     if (s->n_chunks == 0) return NULL;
     kvc_chunk *last = s->chunks[s->n_chunks - 1];
     int same_index = indexed ? last->sel.ops == &kvc_selector_minmax &&
-                                   kvc_minmax_is_q8(last->sel.index) == (indexed == KVC_UNITS_Q8)
+                                   kvc_minmax_flags(last->sel.index) == index_flags(indexed)
                              : last->sel.ops == NULL;
     if (last->kc.ops != c->ops || last->vc.ops != c->ops || last->pos || last->dead || !same_index ||
         last->flags != flags || last->pos0 + last->n != pos || last->n == 0)
@@ -25,7 +28,7 @@ static kvc_chunk *open_chunk(kvc_stream *s, const kvc_codec *c, int block, int i
 /* A fresh min/max index over the units' keys. */
 static kvc_status index_units(int dim, int indexed, const float *k, const int *len, int n_units,
                               kvc_minmax **out) {
-    KVC_TRY(kvc_minmax_create_fmt(dim, indexed == KVC_UNITS_Q8, out));
+    KVC_TRY(kvc_minmax_create_fmt(dim, index_flags(indexed), out));
     size_t off = 0;
     for (int u = 0; u < n_units; u++) {
         kvc_status st = len[u] >= 1 ? kvc_minmax_add(*out, k + off * dim, len[u], dim)
@@ -68,7 +71,7 @@ static kvc_status new_chunk(kvc_stream *s, const kvc_codec *c, int indexed, uint
     kvc_status st = KVC_OK;
     if (indexed) {
         kvc_minmax *x = NULL;
-        st = kvc_minmax_create_fmt(s->dim, indexed == KVC_UNITS_Q8, &x);
+        st = kvc_minmax_create_fmt(s->dim, index_flags(indexed), &x);
         if (st == KVC_OK) ch->sel = (kvc_select_index){.ops = &kvc_selector_minmax, .index = x};
     }
     if (st == KVC_OK) st = kvc_stream_insert(s, s->n_chunks, ch);

@@ -13,9 +13,10 @@
 
 #include "kv/stream.h"
 
-/* `indexed`: no index (0), a min/max index in f16 (1), or in the q8 format
- * (2, minmax.h kvc_minmax_create_fmt). */
-enum { KVC_UNITS_PLAIN = 0, KVC_UNITS_F16 = 1, KVC_UNITS_Q8 = 2 };
+/* `indexed`: no index (KVC_UNITS_PLAIN), or KVC_UNITS_INDEXED with the
+ * index's flags (minmax.h KVC_MM_*: its format and how heads combine) or-ed
+ * in; a unit joins a chunk only if the chunk's index has the same flags. */
+enum { KVC_UNITS_PLAIN = 0, KVC_UNITS_INDEXED = 0x100 };
 
 /* k, v [sum len][s->dim], positions pos0.. (consecutive), unit lengths
  * len[0..n_units) (each >= 1). New chunks get `flags`. Bumps s->version. */
@@ -24,8 +25,9 @@ kvc_status kvc_unit_chunks_append(kvc_stream *s, int block, int indexed, uint32_
                                   int n_units);
 
 /* One new chunk of the units, encoded with codec c for K and V (a codec that
- * is not appendable: the far tier), with a min/max index of the units (in
- * the format `indexed`, F16 or Q8); inserted at the end of the stream with `flags`. */
+ * is not appendable: the far tier), with a min/max index of the units (as
+ * `indexed` says, which must ask for one); inserted at the end of the stream
+ * with `flags`. */
 kvc_status kvc_unit_chunks_encode(kvc_stream *s, const kvc_codec *c, int indexed, uint32_t flags, const float *k,
                                   const float *v, int64_t pos0, const int *len, int n_units);
 

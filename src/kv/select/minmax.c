@@ -24,24 +24,29 @@ struct kvc_minmax {
     int32_t *end;      /* [cap] token end of unit u (begin = end[u-1] or 0) */
     kvc_f16 *mm;       /* [cap / 16][dim][2][16]: per block and channel, 16 max then 16 min;
                         * q8: the open block only ([1][dim][2][16]) */
+    int flags;         /* KVC_MM_* */
     int q8;            /* full blocks in qb (minmax_block.h, q8 layout) */
     int nq, qcap;      /* q8: full blocks stored, room (blocks) */
     uint8_t *qb;       /* q8: [qcap] blocks of kvc_mm_q8_bytes(dim) */
 };
 
-kvc_status kvc_minmax_create_fmt(int dim, int q8, kvc_minmax **out) {
+kvc_status kvc_minmax_create_fmt(int dim, int flags, kvc_minmax **out) {
     *out = NULL;
     KVC_CHECK(dim >= 1 && dim <= MINMAX_MAX_DIM, KVC_ERR_ARG, "minmax index: dim %d outside [1, %d]", dim,
               MINMAX_MAX_DIM);
+    KVC_CHECK((flags & ~KVC_MM_FLAGS) == 0, KVC_ERR_ARG, "minmax index: flags %#x", (unsigned)flags);
     kvc_minmax *x = calloc(1, sizeof *x);
     if (!x) return kvc_fail(KVC_ERR_NOMEM, "minmax index");
     x->dim = dim;
-    x->q8 = q8 != 0;
+    x->flags = flags;
+    x->q8 = (flags & KVC_MM_Q8) != 0;
     *out = x;
     return KVC_OK;
 }
 
 kvc_status kvc_minmax_create(int dim, kvc_minmax **out) { return kvc_minmax_create_fmt(dim, 0, out); }
+
+int kvc_minmax_flags(const kvc_minmax *x) { return x->flags; }
 
 int kvc_minmax_is_q8(const kvc_minmax *x) { return x->q8; }
 
@@ -168,39 +173,50 @@ static void score_per_head(const kvc_minmax *x, const float *q, int G, int ldq, 
         }
 }
 
-/* The split query [G][q⁺ | q⁻] and one call of the block kernel over units
- * [u0, u1) (u0 a multiple of 16: a block boundary). */
+/* qpm [heads][q⁺ | q⁻] from q [G][ldq]: one row per head, or with the heads
+ * summed one row of sum_g q⁺_g and sum_g q⁻_g (minmax.h). */
+static void split_query(const float *q, int G, int ldq, int d, int summed, float *qpm) {
+    memset(qpm, 0, (size_t)(summed ? 1 : G) * 2 * d * sizeof *qpm);
+    for (int g = 0; g < G; g++) {
+        float *row = qpm + (summed ? 0 : (size_t)g * 2 * d);
+        for (int i = 0; i < d; i++) {
+            float v = q[(size_t)g * ldq + i];
+            row[i] += v > 0.0f ? v : 0.0f;
+            row[d + i] += v < 0.0f ? v : 0.0f;
+        }
+    }
+}
+
+/* The split query and one call of the block kernel over units [u0, u1) (u0
+ * a multiple of 16: a block boundary). */
 static void mm_score_range(const void *index, const float *q, int G, int ldq, int u0, int u1, float *scores) {
     const kvc_minmax *x = index;
     int d = x->dim;
     if (G < 1 || u1 <= u0) return;
+    int summed = (x->flags & KVC_MM_HEADS_SUM) != 0;
+    int rows = summed ? 1 : G; /* 2 · d <= QPM_STACK: summed queries never allocate */
     float stack[QPM_STACK];
-    size_t need = (size_t)G * 2 * d;
+    size_t need = (size_t)rows * 2 * d;
     float *qpm = need <= QPM_STACK ? stack : malloc(need * sizeof *qpm);
     if (!qpm) {
         score_per_head(x, q, G, ldq, u0, u1, scores);
         return;
     }
-    for (int g = 0; g < G; g++)
-        for (int i = 0; i < d; i++) {
-            float v = q[(size_t)g * ldq + i];
-            qpm[(size_t)g * 2 * d + i] = v > 0.0f ? v : 0.0f;
-            qpm[(size_t)g * 2 * d + d + i] = v < 0.0f ? v : 0.0f;
-        }
+    split_query(q, G, ldq, d, summed, qpm);
     if (x->q8) { /* full blocks in 8 bits, then the open f16 block */
         int full = x->nq * KVC_MM_LANES;
         if (u0 < full) {
             int e = u1 < full ? u1 : full; /* a multiple of 16 */
             kvc_minmax_k.score_q8(x->qb + (size_t)(u0 / KVC_MM_LANES) * kvc_mm_q8_bytes(d), (e - u0) / KVC_MM_LANES,
-                                  d, qpm, G, scores);
+                                  d, qpm, rows, scores);
         }
         if (u1 > full) {
             int b = u0 > full ? u0 : full; /* the open block starts at full */
-            kvc_minmax_k.score(x->mm + (size_t)(b - full) / KVC_MM_LANES * block_elems(d), u1 - b, d, qpm, G,
+            kvc_minmax_k.score(x->mm + (size_t)(b - full) / KVC_MM_LANES * block_elems(d), u1 - b, d, qpm, rows,
                                scores + (b - u0));
         }
     } else {
-        kvc_minmax_k.score(x->mm + (size_t)(u0 / KVC_MM_LANES) * block_elems(d), u1 - u0, d, qpm, G, scores);
+        kvc_minmax_k.score(x->mm + (size_t)(u0 / KVC_MM_LANES) * block_elems(d), u1 - u0, d, qpm, rows, scores);
     }
     if (qpm != stack) free(qpm);
 }

@@ -11,8 +11,12 @@
  * against f32 (2 * dim * 2 bytes per unit).
  *
  * A KV stream serves the G query heads of its group; the unit's score is the
- * largest of the G per-head bounds: a unit is needed if any head of the group
- * may attend to it strongly, and each head's bound still bounds its scores.
+ * largest of the G per-head bounds (a unit is needed if any head of the group
+ * may attend to it strongly, and each head's bound still bounds its scores),
+ * or, with KVC_MM_HEADS_SUM, their sum, which bounds the sum of the G heads'
+ * scores. The sum costs one head's arithmetic whatever G is: per channel
+ * sum_g max(q_gi max_i, q_gi min_i) = (sum_g q⁺_gi) max_i + (sum_g q⁻_gi) min_i,
+ * so the G split queries fold into one before the kernel runs.
  *
  * Scoring is one kernel call over all units of the index and all G heads:
  * with q⁺ = max(q, 0) and q⁻ = min(q, 0) the bound is q⁺·max + q⁻·min, taken
@@ -31,11 +35,17 @@ typedef struct kvc_minmax kvc_minmax;
 /* An empty index over rows of dim elements (f16 blocks). */
 kvc_status kvc_minmax_create(int dim, kvc_minmax **out);
 
-/* The same with the format chosen: q8 != 0 stores full blocks of 16 units in
- * 8 bits (minmax_block.h, "q8": per block and channel a grid over the block's
- * range, codes rounded outward, so the bound still holds; 40 · dim bytes per
- * 16 units against 64 · dim), the open last block in f16. */
-kvc_status kvc_minmax_create_fmt(int dim, int q8, kvc_minmax **out);
+/* Flags of kvc_minmax_create_fmt. KVC_MM_Q8 stores full blocks of 16 units
+ * in 8 bits (minmax_block.h, "q8": per block and channel a grid over the
+ * block's range, codes rounded outward, so the bound still holds; 40 · dim
+ * bytes per 16 units against 64 · dim), the open last block in f16.
+ * KVC_MM_HEADS_SUM scores a unit by the sum of the G heads' bounds instead
+ * of their largest. */
+enum { KVC_MM_Q8 = 1, KVC_MM_HEADS_SUM = 2, KVC_MM_FLAGS = 3 };
+
+/* The same with flags (KVC_MM_*). */
+kvc_status kvc_minmax_create_fmt(int dim, int flags, kvc_minmax **out);
+int kvc_minmax_flags(const kvc_minmax *x);
 int kvc_minmax_is_q8(const kvc_minmax *x);
 
 /* The interval [*mn, *mx] the index holds for channel c of unit u (it
