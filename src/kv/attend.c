@@ -148,59 +148,86 @@ static void acc_merge(float *acc, int G, int dim, const float *m2, const float *
 /* Scattered ranges (selected units of a few tokens each) defeat the hardware
  * prefetcher. A part's scattered items use their ranges in a fixed order:
  * an item's K ranges (qk), then its V ranges (pv), then the next item's. The
- * prefetch cursor walks that order PF_STEPS ranges ahead of the kernels and
- * asks for one range each time the kernels finish one, so that the loads stay
- * in flight at a steady distance and come in even portions between the
- * kernels' work (docs/benchmarks.md, "Prefetch that keeps pace").
- * Items of one contiguous range stream, and the kernels prefetch them. */
-enum { PF_STEPS = 16 };
+ * prefetch cursor walks that order PF_AHEAD tokens ahead of the kernels, and
+ * the kernels take a scattered range PF_PIECE tokens at a time, the cursor
+ * moving on by as many tokens before each piece: the loads stay in flight at
+ * a steady distance and are asked for a few lines at a time between the
+ * kernels' work, not a whole sentence's in one burst that fills the miss
+ * buffers (docs/benchmarks.md, "Prefetch that keeps pace" and "SentKV: heads
+ * summed, prefetch in pieces"). Items of one contiguous range stream, and the
+ * kernels prefetch them. */
+enum { PF_AHEAD = 224, PF_PIECE = 4 };
 
 typedef struct pf_cursor {
     const kvc_stream *st;
     const req_state *r;
     int item, end; /* the item the cursor is in, the part's end */
     int step;      /* within the item: K ranges 0..nr-1, then V ranges nr..2nr-1 */
+    int tok;       /* tokens of the range at step already prefetched */
 } pf_cursor;
 
 static int item_scattered(const item *it) { return it->nr > 1; }
 
-/* Prefetches the range at the cursor and moves it one range on (nothing
- * once it has passed the part's last scattered item). */
-static void pf_advance(pf_cursor *pc) {
-    for (; pc->item < pc->end; pc->item++, pc->step = 0) {
+/* Prefetches the next n tokens at the cursor and moves it on by them
+ * (nothing once it has passed the part's last scattered item). */
+static void pf_advance(pf_cursor *pc, int n) {
+    while (n > 0 && pc->item < pc->end) {
         const item *it = &pc->r->items[pc->item];
-        if (!item_scattered(it) || pc->step >= 2 * it->nr) continue;
+        if (!item_scattered(it) || pc->step >= 2 * it->nr) {
+            pc->item++, pc->step = 0, pc->tok = 0;
+            continue;
+        }
         const kvc_chunk *c = chunk_at(pc->st, it->ci);
         int v = pc->step >= it->nr;
         const kvc_range *rg = pc->r->ranges + it->r0 + pc->step - (v ? it->nr : 0);
-        kvc_codec_prefetch_ranges(v ? &c->vc : &c->kc, v ? c->vb : c->kb, rg, 1);
-        pc->step++;
-        return;
+        int left = rg->end - rg->begin - pc->tok, m = left < n ? left : n;
+        kvc_range piece = {rg->begin + pc->tok, rg->begin + pc->tok + m};
+        kvc_codec_prefetch_ranges(v ? &c->vc : &c->kc, v ? c->vb : c->kb, &piece, 1);
+        pc->tok += m;
+        n -= m;
+        if (m == left) pc->step++, pc->tok = 0;
     }
 }
 
 static void pf_start(pf_cursor *pc, const kvc_stream *st, const req_state *r, int item0, int item1) {
-    *pc = (pf_cursor){st, r, item0, item1, 0};
-    for (int i = 0; i < PF_STEPS; i++) pf_advance(pc);
+    *pc = (pf_cursor){st, r, item0, item1, 0, 0};
+    pf_advance(pc, PF_AHEAD);
 }
 
-/* s[g*TILE + j] = q_g · k_j over the item's ranges; scattered ones move the
- * cursor one range on per range. */
+/* The piece of the scattered range r that starts at token b (empty at its end). */
+static kvc_range next_piece(const kvc_range *r, int b) {
+    return (kvc_range){b, r->end - b > PF_PIECE ? b + PF_PIECE : r->end};
+}
+
+/* s[g*TILE + j] = q_g · k_j over the item's ranges; scattered ones a piece
+ * at a time, the cursor moving on by each piece. */
 static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float *q, int ldq, int G, float *s,
                     pf_cursor *pc) {
-    for (int i = 0; i < nr; s += r[i].end - r[i].begin, i++) {
-        if (nr > 1) pf_advance(pc);
-        kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r + i, 1, s, TILE);
+    if (nr <= 1) {
+        kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, nr, s, TILE);
+        return;
     }
+    for (int i = 0; i < nr; i++)
+        for (kvc_range piece = next_piece(r + i, r[i].begin); piece.begin < r[i].end;
+             s += piece.end - piece.begin, piece = next_piece(r + i, piece.end)) {
+            pf_advance(pc, piece.end - piece.begin);
+            kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, &piece, 1, s, TILE);
+        }
 }
 
-/* o += p · v over the item's ranges, moving the cursor as item_qk does. */
+/* o += p · v over the item's ranges, the same way as item_qk. */
 static void item_pv(const kvc_chunk *c, const kvc_range *r, int nr, const float *p, int G, float *o, int ldo,
                     pf_cursor *pc) {
-    for (int i = 0; i < nr; p += r[i].end - r[i].begin, i++) {
-        if (nr > 1) pf_advance(pc);
-        kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, r + i, 1, o, ldo);
+    if (nr <= 1) {
+        kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, r, nr, o, ldo);
+        return;
     }
+    for (int i = 0; i < nr; i++)
+        for (kvc_range piece = next_piece(r + i, r[i].begin); piece.begin < r[i].end;
+             p += piece.end - piece.begin, piece = next_piece(r + i, piece.end)) {
+            pf_advance(pc, piece.end - piece.begin);
+            kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, &piece, 1, o, ldo);
+        }
 }
 
 /* One item: qk, mask, online softmax update of acc (dimension dim), pv. */
@@ -239,7 +266,7 @@ static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, co
     }
     if (any) item_pv(c, r, it->nr, s, G, acc + 2 * G, dim, pc);
     else if (item_scattered(it)) /* no pv: the cursor still passes the V ranges, to stay ahead */
-        for (int i = 0; i < it->nr; i++) pf_advance(pc);
+        pf_advance(pc, n);
 }
 
 static void run_part(void *ctx, int task, int thread) {
