@@ -149,13 +149,13 @@ static void acc_merge(float *acc, int G, int dim, const float *m2, const float *
  * prefetcher. A part's scattered items use their ranges in a fixed order:
  * an item's K ranges (qk), then its V ranges (pv), then the next item's. The
  * prefetch cursor walks that order PF_AHEAD tokens ahead of the kernels, and
- * the kernels take a scattered range PF_PIECE tokens at a time, the cursor
- * moving on by as many tokens before each piece: the loads stay in flight at
- * a steady distance and are asked for a few lines at a time between the
- * kernels' work, not a whole sentence's in one burst that fills the miss
- * buffers (docs/benchmarks.md, "Prefetch that keeps pace" and "SentKV: heads
- * summed, prefetch in pieces"). Items of one contiguous range stream, and the
- * kernels prefetch them. */
+ * the kernels take a scattered range PF_PIECE tokens at a time (of a codec
+ * that prefetches), the cursor moving on by as many tokens before each
+ * piece: the loads stay in flight at a steady distance and are asked for a
+ * few lines at a time between the kernels' work, not a whole sentence's in
+ * one burst that fills the miss buffers (docs/benchmarks.md, "Prefetch that
+ * keeps pace" and "SentKV: heads summed, prefetch in pieces"). Items of one
+ * contiguous range stream, and the kernels prefetch them. */
 enum { PF_AHEAD = 224, PF_PIECE = 4 };
 
 typedef struct pf_cursor {
@@ -194,23 +194,27 @@ static void pf_start(pf_cursor *pc, const kvc_stream *st, const req_state *r, in
     pf_advance(pc, PF_AHEAD);
 }
 
-/* The piece of the scattered range r that starts at token b (empty at its end). */
-static kvc_range next_piece(const kvc_range *r, int b) {
-    return (kvc_range){b, r->end - b > PF_PIECE ? b + PF_PIECE : r->end};
+/* Tokens per kernel call for an item's ranges: PF_PIECE for scattered ones
+ * of a codec that prefetches; whole ranges otherwise (contiguous items, and
+ * codecs such as the far tier's, which reads whole blocks per call). */
+static int piece_len(const kvc_codec *c, int nr) {
+    return nr > 1 && c->ops->prefetch && c->ops->granule == 1 ? PF_PIECE : INT32_MAX;
 }
 
-/* s[g*TILE + j] = q_g · k_j over the item's ranges; scattered ones a piece
- * at a time, the cursor moving on by each piece. */
+/* The piece of range r from token b on, at most len tokens (empty at its end). */
+static kvc_range next_piece(const kvc_range *r, int b, int len) {
+    return (kvc_range){b, r->end - b > len ? b + len : r->end};
+}
+
+/* s[g*TILE + j] = q_g · k_j over the item's ranges, a piece at a time; the
+ * cursor moves on by each piece of a scattered item. */
 static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float *q, int ldq, int G, float *s,
                     pf_cursor *pc) {
-    if (nr <= 1) {
-        kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, r, nr, s, TILE);
-        return;
-    }
+    int len = piece_len(&c->kc, nr);
     for (int i = 0; i < nr; i++)
-        for (kvc_range piece = next_piece(r + i, r[i].begin); piece.begin < r[i].end;
-             s += piece.end - piece.begin, piece = next_piece(r + i, piece.end)) {
-            pf_advance(pc, piece.end - piece.begin);
+        for (kvc_range piece = next_piece(r + i, r[i].begin, len); piece.begin < r[i].end;
+             s += piece.end - piece.begin, piece = next_piece(r + i, piece.end, len)) {
+            if (nr > 1) pf_advance(pc, piece.end - piece.begin);
             kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, &piece, 1, s, TILE);
         }
 }
@@ -218,14 +222,11 @@ static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float 
 /* o += p · v over the item's ranges, the same way as item_qk. */
 static void item_pv(const kvc_chunk *c, const kvc_range *r, int nr, const float *p, int G, float *o, int ldo,
                     pf_cursor *pc) {
-    if (nr <= 1) {
-        kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, r, nr, o, ldo);
-        return;
-    }
+    int len = piece_len(&c->vc, nr);
     for (int i = 0; i < nr; i++)
-        for (kvc_range piece = next_piece(r + i, r[i].begin); piece.begin < r[i].end;
-             p += piece.end - piece.begin, piece = next_piece(r + i, piece.end)) {
-            pf_advance(pc, piece.end - piece.begin);
+        for (kvc_range piece = next_piece(r + i, r[i].begin, len); piece.begin < r[i].end;
+             p += piece.end - piece.begin, piece = next_piece(r + i, piece.end, len)) {
+            if (nr > 1) pf_advance(pc, piece.end - piece.begin);
             kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, &piece, 1, o, ldo);
         }
 }

@@ -293,8 +293,8 @@ static void test_sentkv_layout(void **state) {
     (void)state;
     check_layout("sentkv:0.1", 14, 8);
     check_layout("sentkv:0.1,L=20,delta=4,block=64", 20, 4);
-    check_layout("sentkv:0.1,profile=q8", 14, 8); /* the 8-bit profiles: the same units */
-    check_layout("sentkv:0.1,profile=q8,heads=max", 14, 8);
+    check_layout("sentkv:0.1,profile=f16", 14, 8); /* f16 profiles: the same units */
+    check_layout("sentkv:0.1,profile=f16,heads=max", 14, 8);
 }
 
 static void test_sentkv_all_is_full(void **state) {
@@ -302,7 +302,7 @@ static void test_sentkv_all_is_full(void **state) {
     run_out ro;
     run("sentkv:usage=1", 1, 1.0, &ro);
     assert_true(ro.st.read_fraction > 0.999);
-    run("sentkv:usage=1,profile=q8", 1, 1.0, &ro);
+    run("sentkv:usage=1,profile=f16", 1, 1.0, &ro);
     assert_true(ro.st.read_fraction > 0.999);
 }
 
@@ -313,9 +313,9 @@ static void test_sentkv_usage(void **state) {
     assert_true(ro.st.reuse_rate > 0.0);
     run("sentkv:usage=0.2,split=length", 0, 0.2, &ro);
     run("sentkv:usage=0.2,split=punct,cap=30", 0, 0.2, &ro);
-    run("sentkv:usage=0.1,profile=q8", 0, 0.1, &ro);
+    run("sentkv:usage=0.1,profile=f16", 0, 0.1, &ro);
     run("sentkv:usage=0.1,heads=max", 0, 0.1, &ro); /* sentences scored by the best head's bound */
-    run("sentkv:usage=0.2,profile=q8,heads=max", 0, 0.2, &ro);
+    run("sentkv:usage=0.2,profile=f16,heads=max", 0, 0.2, &ro);
 }
 
 /* Streaming: live tokens = sinks + the recent window (the hot window may hold
@@ -422,9 +422,9 @@ static void test_far_near_reuse(void **state) {
     close(fa), close(fb);
     kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
     kvc_cache *a, *b;
-    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,profile=q8", pa); /* far tier with 8-bit profiles */
+    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,profile=f16", pa); /* far tier with f16 profiles */
     assert_int_equal(kvc_cache_create(&shape, spec, NULL, &a), KVC_OK);
-    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,near=0,profile=q8", pb);
+    snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,near=0,profile=f16", pb);
     assert_int_equal(kvc_cache_create(&shape, spec, NULL, &b), KVC_OK);
     size_t row = (size_t)NKV * HD;
     float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);

@@ -12,9 +12,9 @@
  *    synthetic `bench attn`) sentences are L tokens long (the splitter's own
  *    fall-back on text without boundaries).
  *  - Profiles (§4.1.2): per sentence and KV head the channel-wise key max and
- *    min, in f16 rounded outward (select/minmax.h, shared with quest), or
- *    with profile=q8 full blocks of 16 sentences in 8-bit codes, rounded
- *    outward again (0.625x the bytes; not the default: no faster per step).
+ *    min (select/minmax.h, shared with quest): full blocks of 16 sentences in
+ *    8-bit codes rounded outward, the open block in f16 (profile=q8, 0.625x
+ *    the bytes of profile=f16, which keeps every profile in f16).
  *  - Storage: the recent window and the open sentence stay in the dense hot
  *    window; whole sentences leave it once they end before the window, into
  *    dense f16 chunks with one profile per sentence (unit_chunks.h). The
@@ -98,10 +98,10 @@ static const kvc_param sentkv_params[] = {
     {.key = "mem", .type = KVC_PARAM_STRING, .offset = offsetof(sentkv_cfg, mem), .def = "",
      .help = "RAM for sealed sentences (bytes, or with K/M/G); the rest go to the far tier (a temporary file "
              "unless far= names one)"},
-    {.key = "profile", .type = KVC_PARAM_ENUM, .offset = offsetof(sentkv_cfg, profile), .def = "f16",
+    {.key = "profile", .type = KVC_PARAM_ENUM, .offset = offsetof(sentkv_cfg, profile), .def = "q8",
      .choices = "f16|q8",
      .help = "sentence profiles: f16 min/max rounded outward | 8-bit codes on a per-16-sentence grid, "
-             "rounded outward (0.625x the bytes, the same KL, not faster here)"},
+             "rounded outward (0.625x the bytes, the same KL within noise)"},
     {.key = "heads", .type = KVC_PARAM_ENUM, .offset = offsetof(sentkv_cfg, heads), .def = "sum",
      .choices = "sum|max",
      .help = "a sentence's score for the query heads of a group: the sum of their bounds (one head's "
