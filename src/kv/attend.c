@@ -149,14 +149,15 @@ static void acc_merge(float *acc, int G, int dim, const float *m2, const float *
  * prefetcher. A part's scattered items use their ranges in a fixed order:
  * an item's K ranges (qk), then its V ranges (pv), then the next item's. The
  * prefetch cursor walks that order PF_AHEAD tokens ahead of the kernels, and
- * the kernels take a scattered range PF_PIECE tokens at a time (of a codec
- * that prefetches), the cursor moving on by as many tokens before each
- * piece: the loads stay in flight at a steady distance and are asked for a
- * few lines at a time between the kernels' work, not a whole sentence's in
- * one burst that fills the miss buffers (docs/benchmarks.md, "Prefetch that
- * keeps pace" and "SentKV: heads summed, prefetch in pieces"). Items of one
- * contiguous range stream, and the kernels prefetch them. */
-enum { PF_AHEAD = 224, PF_PIECE = 4 };
+ * the kernels take a scattered range a few tokens at a time (the codec's
+ * `piece`: 4 for the dense formats), the cursor moving on by as many tokens
+ * before each piece: the loads stay in flight at a steady distance and are
+ * asked for a few lines at a time between the kernels' work, not a whole
+ * sentence's in one burst that fills the miss buffers (docs/benchmarks.md,
+ * "Prefetch that keeps pace" and "SentKV: heads summed, prefetch in
+ * pieces"). Items of one contiguous range stream, and the kernels prefetch
+ * them. */
+enum { PF_AHEAD = 224 };
 
 typedef struct pf_cursor {
     const kvc_stream *st;
@@ -194,12 +195,9 @@ static void pf_start(pf_cursor *pc, const kvc_stream *st, const req_state *r, in
     pf_advance(pc, PF_AHEAD);
 }
 
-/* Tokens per kernel call for an item's ranges: PF_PIECE for scattered ones
- * of a codec that prefetches; whole ranges otherwise (contiguous items, and
- * codecs such as the far tier's, which reads whole blocks per call). */
-static int piece_len(const kvc_codec *c, int nr) {
-    return nr > 1 && c->ops->prefetch && c->ops->granule == 1 ? PF_PIECE : INT32_MAX;
-}
+/* Tokens per kernel call for an item's ranges: the codec's piece for
+ * scattered ones (kvc_codec_ops.piece), else whole ranges. */
+static int piece_len(const kvc_codec *c, int nr) { return nr > 1 && c->ops->piece > 0 ? c->ops->piece : INT32_MAX; }
 
 /* The piece of range r from token b on, at most len tokens (empty at its end). */
 static kvc_range next_piece(const kvc_range *r, int b, int len) {

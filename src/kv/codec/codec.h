@@ -38,6 +38,12 @@ typedef struct kvc_codec_ops {
      * its working set in L2, instead of once per span of query tiles
      * (kv/prefill.c), which pays off only when decoding costs more. */
     int cheap_decode;
+    /* Optional: the driver gives this codec's scattered ranges (selected
+     * units) to qk / pv at most `piece` tokens at a time, its prefetch cursor
+     * moving on between the pieces (kv/attend.c); 0: whole ranges. Worth it
+     * where a call costs little beyond its rows (the dense formats; pieces
+     * of 4 made mosaic's packed vectors 1.4-1.6x slower). */
+    int piece;
 
     /* Encodes n vectors x [n][ld] (the first c->dim floats of each row) into a
      * new blob. n may be 0 for an appendable codec (an empty hot window). */

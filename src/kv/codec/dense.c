@@ -277,8 +277,9 @@ static void dense_free(const kvc_codec *c, void *blob) {
 
 #define DENSE_OPS(NAME)                                                                            \
     {                                                                                              \
-        .name = NAME, .granule = 1, .cheap_decode = 1, .encode = dense_encode, .append = dense_append,                \
-        .drop_front = dense_drop_front, .count = dense_count, .qk = dense_qk, .pv = dense_pv,      \
+        .name = NAME, .granule = 1, .cheap_decode = 1, .piece = 4, .encode = dense_encode,         \
+        .append = dense_append, .drop_front = dense_drop_front, .count = dense_count,              \
+        .qk = dense_qk, .pv = dense_pv,                                                            \
         .prefetch = dense_prefetch, .decode = dense_decode, .view_f32 = dense_view_f32,           \
         .bytes = dense_bytes,                                                                      \
         .free = dense_free,                                                                        \
