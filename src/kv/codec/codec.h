@@ -42,7 +42,7 @@ typedef struct kvc_codec_ops {
      * units) to qk / pv at most `piece` tokens at a time, its prefetch cursor
      * moving on between the pieces (kv/attend.c); 0: whole ranges. Worth it
      * where a call costs little beyond its rows (the dense formats; pieces
-     * of 4 made mosaic's packed vectors 1.4-1.6x slower). */
+     * of 4 made mosaic's packed vectors 1.1-1.7x slower). */
     int piece;
 
     /* Encodes n vectors x [n][ld] (the first c->dim floats of each row) into a
