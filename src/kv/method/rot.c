@@ -12,8 +12,9 @@
  * With `smooth` > 0 (by default for kivi, kvmix and tuned) each KV head's
  * keys are also divided, and its queries multiplied, by per-channel weights
  * fitted to the stream's first prefill (hadamard.h): the spread of a key
- * channel is moved onto the query before the rotation mixes the channels. Each (layer, KV head) has its own
- * transform; the heads of a layer share the signs.
+ * channel is moved onto the query before the rotation mixes the channels.
+ * Each (layer, KV head) has its own transform; the heads of a layer share
+ * the signs.
  *
  * The whole stream lives in the rotated space (kvc_stream.xf), the dense hot
  * window included: every hook of the base method (ThinK's and MUSTAFAR's

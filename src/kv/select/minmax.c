@@ -24,8 +24,7 @@ struct kvc_minmax {
     int32_t *end;      /* [cap] token end of unit u (begin = end[u-1] or 0) */
     kvc_f16 *mm;       /* [cap / 16][dim][2][16]: per block and channel, 16 max then 16 min;
                         * q8: the open block only ([1][dim][2][16]) */
-    int flags;         /* KVC_MM_* */
-    int q8;            /* full blocks in qb (minmax_block.h, q8 layout) */
+    int flags;         /* KVC_MM_*; with KVC_MM_Q8 full blocks live in qb (minmax_block.h, q8 layout) */
     int nq, qcap;      /* q8: full blocks stored, room (blocks) */
     uint8_t *qb;       /* q8: [qcap] blocks of kvc_mm_q8_bytes(dim) */
 };
@@ -39,7 +38,6 @@ kvc_status kvc_minmax_create_fmt(int dim, int flags, kvc_minmax **out) {
     if (!x) return kvc_fail(KVC_ERR_NOMEM, "minmax index");
     x->dim = dim;
     x->flags = flags;
-    x->q8 = (flags & KVC_MM_Q8) != 0;
     *out = x;
     return KVC_OK;
 }
@@ -48,7 +46,7 @@ kvc_status kvc_minmax_create(int dim, kvc_minmax **out) { return kvc_minmax_crea
 
 int kvc_minmax_flags(const kvc_minmax *x) { return x->flags; }
 
-int kvc_minmax_is_q8(const kvc_minmax *x) { return x->q8; }
+int kvc_minmax_is_q8(const kvc_minmax *x) { return (x->flags & KVC_MM_Q8) != 0; }
 
 int kvc_minmax_tokens(const kvc_minmax *x) { return x->n ? x->end[x->n - 1] : 0; }
 
@@ -66,7 +64,7 @@ static size_t block_elems(int dim) { return (size_t)dim * 2 * KVC_MM_LANES; }
 
 /* The f16 of channel c of unit u (in an f16 block): its max (which 0) or min (which 1). */
 static kvc_f16 *cell(const kvc_minmax *x, int u, int c, int which) {
-    size_t blk = x->q8 ? 0 : (size_t)(u / KVC_MM_LANES);
+    size_t blk = kvc_minmax_is_q8(x) ? 0 : (size_t)(u / KVC_MM_LANES);
     return x->mm + blk * block_elems(x->dim) + (size_t)c * 2 * KVC_MM_LANES + (size_t)which * KVC_MM_LANES +
            u % KVC_MM_LANES;
 }
@@ -74,7 +72,7 @@ static kvc_f16 *cell(const kvc_minmax *x, int u, int c, int which) {
 /* Room for one more unit: whole blocks, zeroed (unused lanes score 0); q8:
  * the open f16 block once, and one more q8 block for when it fills. */
 static kvc_status reserve_unit(kvc_minmax *x) {
-    if (x->q8 && x->n / KVC_MM_LANES >= x->qcap) {
+    if (kvc_minmax_is_q8(x) && x->n / KVC_MM_LANES >= x->qcap) {
         int qcap = x->qcap ? x->qcap * 2 : 4;
         uint8_t *qb = realloc(x->qb, (size_t)qcap * kvc_mm_q8_bytes(x->dim));
         if (!qb) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d blocks)", qcap);
@@ -86,7 +84,7 @@ static kvc_status reserve_unit(kvc_minmax *x) {
     int32_t *e = realloc(x->end, (size_t)cap * sizeof *e);
     if (!e) return kvc_fail(KVC_ERR_NOMEM, "minmax index (%d units)", cap);
     x->end = e;
-    if (x->q8) {
+    if (kvc_minmax_is_q8(x)) {
         if (!x->mm) {
             x->mm = calloc(block_elems(x->dim), sizeof *x->mm);
             if (!x->mm) return kvc_fail(KVC_ERR_NOMEM, "minmax index (open block)");
@@ -121,7 +119,7 @@ kvc_status kvc_minmax_add(kvc_minmax *x, const float *k, int n, int ld) {
         *cell(x, x->n, i, 1) = f16_outward(lo, 0);
     }
     x->end[x->n++] = prev + n;
-    if (x->q8 && x->n % KVC_MM_LANES == 0) { /* the open block is full: to 8 bits, and cleared */
+    if (kvc_minmax_is_q8(x) && x->n % KVC_MM_LANES == 0) { /* the open block is full: to 8 bits, and cleared */
         kvc_mm_q8_encode(x->mm, x->dim, x->qb + (size_t)x->nq++ * kvc_mm_q8_bytes(x->dim));
         memset(x->mm, 0, block_elems(x->dim) * sizeof *x->mm);
     }
@@ -130,7 +128,7 @@ kvc_status kvc_minmax_add(kvc_minmax *x, const float *k, int n, int ld) {
 
 /* The max (which 0) or min (which 1) of channel c of unit u as the index holds it. */
 static float stored(const kvc_minmax *x, int u, int c, int which) {
-    if (x->q8 && u / KVC_MM_LANES < x->nq)
+    if (kvc_minmax_is_q8(x) && u / KVC_MM_LANES < x->nq)
         return kvc_mm_q8_value(x->qb + (size_t)(u / KVC_MM_LANES) * kvc_mm_q8_bytes(x->dim), x->dim,
                                u % KVC_MM_LANES, c, which);
     return kvc_f16_to_f32(*cell(x, u, c, which));
@@ -203,7 +201,7 @@ static void mm_score_range(const void *index, const float *q, int G, int ldq, in
         return;
     }
     split_query(q, G, ldq, d, summed, qpm);
-    if (x->q8) { /* full blocks in 8 bits, then the open f16 block */
+    if (kvc_minmax_is_q8(x)) { /* full blocks in 8 bits, then the open f16 block */
         int full = x->nq * KVC_MM_LANES;
         if (u0 < full) {
             int e = u1 < full ? u1 : full; /* a multiple of 16 */
@@ -228,7 +226,7 @@ static void mm_score(const void *index, const float *q, int G, int ldq, float *s
 static uint64_t mm_bytes(const void *index) {
     const kvc_minmax *x = index;
     uint64_t blocks = ((uint64_t)x->n + KVC_MM_LANES - 1) / KVC_MM_LANES;
-    if (x->q8) /* the q8 blocks held and the open f16 block */
+    if (kvc_minmax_is_q8(x)) /* the q8 blocks held and the open f16 block */
         return sizeof *x + (uint64_t)x->n * sizeof(int32_t) + (uint64_t)x->nq * kvc_mm_q8_bytes(x->dim) +
                (x->mm ? block_elems(x->dim) * sizeof(kvc_f16) : 0);
     return sizeof *x + (uint64_t)x->n * sizeof(int32_t) + blocks * block_elems(x->dim) * sizeof(kvc_f16);
