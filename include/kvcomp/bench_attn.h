@@ -26,7 +26,7 @@ typedef struct kvc_bench_attn_params {
     const int *ctxs;
     int n_ctxs;
     int n_threads;       /* <= 0: one per CPU */
-    int n_layers;        /* layers cycled; 0: enough for 256 MiB of f16 K/V, 1..32 */
+    int n_layers;        /* layers cycled; 0: enough for 1 GiB of f16 K/V, 1..32 */
     int min_reps;        /* at least this many timed steps per layer (0: 5) */
     double min_seconds;  /* and at least this long (0: 0.5 s) */
     uint64_t seed;
@@ -34,6 +34,12 @@ typedef struct kvc_bench_attn_params {
     int dump_layer;      /* the dump's layer to use; -1: the middle one */
     double bw_gbps;      /* measured read bandwidth for the fraction; <= 0: not reported */
     int cpu_clock;       /* time steps with the process CPU clock (for one thread) */
+    /* 0: every step of a layer asks the same query. > 0: each round's query
+     * is the layer's query with every element scaled by 1 + drift * u, u
+     * uniform in [-1/2, 1/2) and new each round (the same for every method),
+     * so that selecting methods choose a little differently from step to step
+     * as in decode (the stats' reuse_rate says how much) */
+    double drift;
 } kvc_bench_attn_params;
 
 typedef struct kvc_bench_attn_row {

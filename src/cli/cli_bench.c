@@ -151,8 +151,8 @@ static int bench_bw(int argc, char **argv) {
 static const char k_attn_usage[] =
     "usage: kvcomp bench attn [--ctx LIST] [--kv LIST] [-m MODEL | --heads Q --kv-heads K\n"
     "                         --head-dim D] [--dump FILE [--dump-layer L]] [--layers N]\n"
-    "                         [--reps N] [--min-time S] [--seed S] [-t N] [--cpu-clock]\n"
-    "                         [--no-bw] [--json]\n\n"
+    "                         [--reps N] [--min-time S] [--seed S] [--drift F] [-t N]\n"
+    "                         [--cpu-clock] [--no-bw] [--json]\n\n"
     "Decode attention of one layer, all heads, at each --ctx, for every method of --kv in\n"
     "the same run (put the baseline first: ratios are against it). K/V are synthetic, or\n"
     "one layer of a `kvcomp dump-kv` file repeated to the length. The cache is filled through\n"
@@ -165,7 +165,8 @@ static const char k_attn_usage[] =
     "the run (the larger), the time ratio to the first method (x first: of the medians;\n"
     "paired: the median over the rounds of the round's ratio, with its quartiles), and the\n"
     "mean time per step: unit scoring and top-k selection (thread time summed over the\n"
-    "threads), the selection's wall time and the rest of the attention's wall time.\n\n"
+    "threads), the selection's wall time and the rest of the attention's wall time, and for\n"
+    "selecting methods the share of each step's selection the previous step had selected.\n\n"
     "options:\n"
     "      --ctx LIST     token counts, k/M suffixes (default 4k,16k,64k,256k,1M)\n"
     "      --kv LIST      methods (default full:f16,full:bf16,full:f32)\n"
@@ -173,10 +174,13 @@ static const char k_attn_usage[] =
     "                     3 kv heads, head dim 64, as SmolLM2-135M)\n"
     "      --heads Q, --kv-heads K, --head-dim D   the shape by hand\n"
     "      --dump FILE    K/V from a dump (its shape wins); --dump-layer L (default middle)\n"
-    "      --layers N     caches cycled per step (default: 256 MiB of f16 K/V, 1..32)\n"
+    "      --layers N     caches cycled per step (default: 1 GiB of f16 K/V, 1..32)\n"
     "      --reps N       at least N timed steps per layer (default 5)\n"
     "      --min-time S   and at least S seconds per method and ctx (default 0.5)\n"
     "      --seed S       synthetic K/V seed (default 1)\n"
+    "      --drift F      a new query every round: each element scaled by 1 + F*u, u uniform\n"
+    "                     in [-1/2, 1/2) (default 0: the same query every step, so selecting\n"
+    "                     methods choose the same units every step)\n"
     "  -t, --threads N    worker threads (default: one per CPU)\n"
     "      --cpu-clock    time steps (and bench bw) with the process CPU clock: with -t 1 on\n"
     "                     a shared machine, leaves out time given to other processes\n"
@@ -189,7 +193,7 @@ static int bench_attn(int argc, char **argv) {
     int heads = 9, kv_heads = 3, head_dim = 64, dump_layer = -1, layers = 0, reps = 0;
     int threads = 0, no_bw = 0, json = 0, cpu_clock = 0;
     uint64_t seed = 1;
-    double min_time = 0;
+    double min_time = 0, drift = 0;
     const kvc_opt opts[] = {
         KVC_STR_OPT(NULL, "--ctx", &ctx_list),
         KVC_STR_OPT(NULL, "--kv", &kv),
@@ -203,6 +207,7 @@ static int bench_attn(int argc, char **argv) {
         KVC_INT_OPT(NULL, "--reps", &reps, 1, 100000),
         KVC_NUM_OPT(NULL, "--min-time", &min_time, 0.0, 3600.0),
         KVC_SEED_OPT(NULL, "--seed", &seed, NULL),
+        KVC_NUM_OPT(NULL, "--drift", &drift, 0.0, 100.0),
         KVC_INT_OPT("-t", "--threads", &threads, 1, KVC_MAX_THREADS),
         KVC_SWITCH_OPT("--no-bw", &no_bw),
         KVC_SWITCH_OPT("--cpu-clock", &cpu_clock),
@@ -249,7 +254,7 @@ static int bench_attn(int argc, char **argv) {
     }
     kvc_bench_attn_params p = {heads, kv_heads, head_dim, ctxs, n_ctxs, threads, layers, reps,
                                min_time, seed, dump, dump_layer, bw.best_gbps,
-                               cpu_clock};
+                               cpu_clock, drift};
     kvc_bench_attn_row *rows = calloc((size_t)n_ctxs * n_specs, sizeof *rows);
     if (!rows || kvc_bench_attn_run(&p, specs, n_specs, rows) != KVC_OK) {
         fprintf(stderr, "kvcomp bench attn: %s\n", rows ? kvc_last_error() : "no memory");
@@ -281,6 +286,7 @@ static int bench_attn(int argc, char **argv) {
         kvc_json_kv_int(&j, "head_dim", head_dim);
         kvc_json_kv_str(&j, "kv_source", dump ? dump : "synthetic");
         kvc_json_kv_str(&j, "clock", cpu_clock ? "process cpu" : "wall");
+        kvc_json_kv_num(&j, "drift", drift);
         if (dump) kvc_json_kv_int(&j, "dump_layer", dump_layer);
         if (no_bw) {
             kvc_json_key(&j, "bw_gbps");
@@ -335,9 +341,10 @@ static int bench_attn(int argc, char **argv) {
             printf("read bandwidth (bench bw, this run): %.2f GB/s before, %.2f GB/s after; "
                    "%%bw is against %.2f%s\n",
                    bw.best_gbps, bw_end.best_gbps, bw_ref, cpu_clock ? " (process CPU clock)" : "");
-        printf("\n%9s  %-22s %6s %6s %11s %11s %10s %7s %6s %8s %17s %9s %9s %9s %9s\n", "ctx",
+        if (drift > 0) printf("queries: new every round, elements scaled by 1 + %g*u\n", drift);
+        printf("\n%9s  %-22s %6s %6s %11s %11s %10s %7s %6s %8s %17s %9s %9s %9s %9s %6s\n", "ctx",
                "method", "layers", "steps", "median us", "best us", "MiB/layer", "GB/s", "%bw",
-               "x first", "paired (p25-p75)", "score us", "topk us", "select us", "rest us");
+               "x first", "paired (p25-p75)", "score us", "topk us", "select us", "rest us", "reuse%");
         for (int i = 0; i < n_ctxs * n_specs; i++) {
             const kvc_bench_attn_row *r = &rows[i];
             if (r->status != KVC_OK) {
@@ -345,12 +352,12 @@ static int bench_attn(int argc, char **argv) {
                 continue;
             }
             printf("%9d  %-22s %6d %6d %11.1f %11.1f %10.2f %7.2f %6.1f %8.3f %5.3f (%.2f-%.2f) %9.1f "
-                   "%9.1f %9.1f %9.1f\n",
+                   "%9.1f %9.1f %9.1f %6.1f\n",
                    r->ctx, r->spec, r->n_layers, r->reps, r->median_s * 1e6, r->best_s * 1e6,
                    r->held_bytes / (1024.0 * 1024.0), r->gbps,
                    isnan(r->frac_bw) ? NAN : 100 * r->frac_bw, r->ratio, r->paired_ratio,
                    r->paired_p25, r->paired_p75, r->score_s * 1e6,
-                   r->topk_s * 1e6, r->select_wall_s * 1e6, r->attn_s * 1e6);
+                   r->topk_s * 1e6, r->select_wall_s * 1e6, r->attn_s * 1e6, 100 * r->stats.reuse_rate);
         }
     }
     int failed = 0;

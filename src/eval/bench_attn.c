@@ -71,10 +71,15 @@ static kvc_status make_queries(const kvc_bench_attn_params *p, const dump_kv *d,
     return KVC_OK;
 }
 
+/* Layers cycled by default: 1 GiB of f16 K/V, so that what a selecting
+ * method reads per sweep (a tenth of it, and a near buffer holding that
+ * tenth, kv/near.h) is several times the CPU's last-level cache (32 MiB on
+ * the machines of docs/benchmarks.md): a real decode step reads each of 30
+ * layers' caches once. */
 static int auto_layers(const kvc_bench_attn_params *p, int ctx) {
     if (p->n_layers > 0) return p->n_layers;
     double f16_layer = (double)ctx * p->n_kv_heads * p->head_dim * 2 * 2;
-    int l = (int)ceil(256.0 * 1024 * 1024 / f16_layer);
+    int l = (int)ceil(1024.0 * 1024 * 1024 / f16_layer);
     return l < 1 ? 1 : l > 32 ? 32 : l;
 }
 
@@ -119,14 +124,30 @@ static void case_open(const kvc_bench_attn_params *p, const dump_kv *d, kvc_pool
     if (st != KVC_OK) snprintf(row->error, sizeof row->error, "%s", kvc_last_error());
 }
 
-/* One timed step per layer; the sweep's time goes to the round's slot. */
-static void case_sweep(const kvc_bench_attn_params *p, bench_case *bc, float *out) {
+/* Layer l's query for this round (params.drift): the fixed one, or it with
+ * noise that depends only on the seed, the round, the layer and the element,
+ * so every method is asked the same queries. */
+static const float *round_query(const kvc_bench_attn_params *p, const bench_case *bc, int l, float *qd) {
     size_t qs = (size_t)p->n_heads * p->head_dim;
+    const float *q = bc->q + l * qs;
+    if (p->drift <= 0) return q;
+    uint64_t r = (p->seed + 1) * 0x9e3779b97f4a7c15ull ^ ((uint64_t)bc->n_sweeps << 20) ^ (uint64_t)l;
+    for (size_t i = 0; i < qs; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        float u = (float)(r >> 40) / (float)(1 << 24) - 0.5f;
+        qd[i] = q[i] * (1.0f + (float)p->drift * u);
+    }
+    return qd;
+}
+
+/* One timed step per layer; the sweep's time goes to the round's slot. */
+static void case_sweep(const kvc_bench_attn_params *p, bench_case *bc, float *out, float *qd) {
     double sum = 0.0;
     kvc_clear_error();
     for (int l = 0; bc->st == KVC_OK && l < bc->L; l++) {
+        const float *q = round_query(p, bc, l, qd);
         double a = p->cpu_clock ? kvc_cpu_s() : kvc_now_s();
-        bc->st = kvc_cache_attend(bc->c, l, bc->q + l * qs, out);
+        bc->st = kvc_cache_attend(bc->c, l, q, out);
         double dt = (p->cpu_clock ? kvc_cpu_s() : kvc_now_s()) - a;
         bc->t[bc->n++] = dt;
         sum += dt;
@@ -193,7 +214,10 @@ static void case_close(const kvc_bench_attn_params *p, bench_case *bc, const ben
 static void run_ctx(const kvc_bench_attn_params *p, int n_specs, const dump_kv *d, kvc_pool *pool,
                     kvc_bench_attn_row *rows, bench_case *cases) {
     float *out = malloc(sizeof(float) * (size_t)p->n_heads * p->head_dim);
-    if (!out) {
+    float *qd = malloc(sizeof(float) * (size_t)p->n_heads * p->head_dim);
+    if (!out || !qd) {
+        free(out);
+        free(qd);
         kvc_fail(KVC_ERR_NOMEM, "bench attn: output of %d floats", p->n_heads * p->head_dim);
         for (int k = 0; k < n_specs; k++) {
             rows[k].status = KVC_ERR_NOMEM;
@@ -215,7 +239,7 @@ static void run_ctx(const kvc_bench_attn_params *p, int n_specs, const dump_kv *
         for (int i = 0; i < n_specs; i++) {
             bench_case *bc = &cases[round % 2 ? n_specs - 1 - i : i];
             if (bc->st != KVC_OK) continue;
-            case_sweep(p, bc, out);
+            case_sweep(p, bc, out, qd);
             ran++;
             below |= bc->n < min_steps;
             full |= bc->n + L > STEP_CAP;
@@ -223,6 +247,7 @@ static void run_ctx(const kvc_bench_attn_params *p, int n_specs, const dump_kv *
         if (!ran || full || (!below && kvc_now_s() - start >= min_s)) break;
     }
     free(out);
+    free(qd);
     for (int k = n_specs - 1; k >= 0; k--) case_close(p, &cases[k], &cases[0]);
     for (int k = 0; k < n_specs; k++)
         rows[k].ratio = rows[0].status == KVC_OK && rows[k].status == KVC_OK

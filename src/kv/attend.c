@@ -32,6 +32,7 @@
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kv/attend_internal.h"
+#include "kv/near.h"
 #include "kv/softmax.h"
 #include "kvcomp/progress.h" /* kvc_now_s */
 
@@ -44,6 +45,7 @@ void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out) {
         out->topk_candidates += t->candidates;
         out->topk_continued += t->continued;
         out->topk_whole += t->whole;
+        out->near_copied += (uint64_t)ws->reqs[i].near_copied;
     }
 }
 
@@ -93,7 +95,9 @@ uint64_t kvc_attend_ws_bytes(const kvc_attend_ws *ws) {
 
 /* ---- phase 2: attend ------------------------------------------------------------ */
 
-static kvc_chunk *chunk_at(const kvc_stream *s, int ci) { return ci < 0 ? s->hot : s->chunks[ci]; }
+static const kvc_chunk *chunk_at(const kvc_stream *s, int ci) {
+    return ci == KVC_NEAR_CI ? kvc_near_chunk(s->near) : ci < 0 ? s->hot : s->chunks[ci];
+}
 
 typedef struct run_ctx {
     kvc_attend_req *reqs;
@@ -167,7 +171,8 @@ typedef struct pf_cursor {
     int tok;       /* tokens of the range at step already prefetched */
 } pf_cursor;
 
-static int item_scattered(const item *it) { return it->nr > 1; }
+/* The near buffer's ranges (kv/near.h) lie almost end to end: they stream. */
+static int item_scattered(const item *it) { return it->nr > 1 && it->ci != KVC_NEAR_CI; }
 
 /* Prefetches the next n tokens at the cursor and moves it on by them
  * (nothing once it has passed the part's last scattered item). */
@@ -197,7 +202,9 @@ static void pf_start(pf_cursor *pc, const kvc_stream *st, const req_state *r, in
 
 /* Tokens per kernel call for an item's ranges: the codec's piece for
  * scattered ones (kvc_codec_ops.piece), else whole ranges. */
-static int piece_len(const kvc_codec *c, int nr) { return nr > 1 && c->ops->piece > 0 ? c->ops->piece : INT32_MAX; }
+static int piece_len(const kvc_codec *c, const item *it) {
+    return item_scattered(it) && c->ops->piece > 0 ? c->ops->piece : INT32_MAX;
+}
 
 /* The piece of range r from token b on, at most len tokens (empty at its end). */
 static kvc_range next_piece(const kvc_range *r, int b, int len) {
@@ -206,25 +213,25 @@ static kvc_range next_piece(const kvc_range *r, int b, int len) {
 
 /* s[g*TILE + j] = q_g · k_j over the item's ranges, a piece at a time; the
  * cursor moves on by each piece of a scattered item. */
-static void item_qk(const kvc_chunk *c, const kvc_range *r, int nr, const float *q, int ldq, int G, float *s,
-                    pf_cursor *pc) {
-    int len = piece_len(&c->kc, nr);
+static void item_qk(const kvc_chunk *c, const item *it, const kvc_range *r, const float *q, int ldq, int G,
+                    float *s, pf_cursor *pc) {
+    int len = piece_len(&c->kc, it), nr = it->nr;
     for (int i = 0; i < nr; i++)
         for (kvc_range piece = next_piece(r + i, r[i].begin, len); piece.begin < r[i].end;
              s += piece.end - piece.begin, piece = next_piece(r + i, piece.end, len)) {
-            if (nr > 1) pf_advance(pc, piece.end - piece.begin);
+            if (item_scattered(it)) pf_advance(pc, piece.end - piece.begin);
             kvc_codec_qk_ranges(&c->kc, c->kb, q, G, ldq, &piece, 1, s, TILE);
         }
 }
 
 /* o += p · v over the item's ranges, the same way as item_qk. */
-static void item_pv(const kvc_chunk *c, const kvc_range *r, int nr, const float *p, int G, float *o, int ldo,
-                    pf_cursor *pc) {
-    int len = piece_len(&c->vc, nr);
+static void item_pv(const kvc_chunk *c, const item *it, const kvc_range *r, const float *p, int G, float *o,
+                    int ldo, pf_cursor *pc) {
+    int len = piece_len(&c->vc, it), nr = it->nr;
     for (int i = 0; i < nr; i++)
         for (kvc_range piece = next_piece(r + i, r[i].begin, len); piece.begin < r[i].end;
              p += piece.end - piece.begin, piece = next_piece(r + i, piece.end, len)) {
-            if (nr > 1) pf_advance(pc, piece.end - piece.begin);
+            if (item_scattered(it)) pf_advance(pc, piece.end - piece.begin);
             kvc_codec_pv_ranges(&c->vc, c->vb, p, G, TILE, &piece, 1, o, ldo);
         }
 }
@@ -234,7 +241,7 @@ static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, co
                      int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw, pf_cursor *pc) {
     int n = it->n;
     const kvc_range *r = rs + it->r0;
-    item_qk(c, r, it->nr, q, ldq, G, s, pc);
+    item_qk(c, it, r, q, ldq, G, s, pc);
     if (c->dead) {
         int j = 0;
         for (int i = 0; i < it->nr; i++)
@@ -263,7 +270,7 @@ static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, co
         }
         acc[G + g] += kvc_softmax_k.exp_sum(sg, n, m);
     }
-    if (any) item_pv(c, r, it->nr, s, G, acc + 2 * G, dim, pc);
+    if (any) item_pv(c, it, r, s, G, acc + 2 * G, dim, pc);
     else if (item_scattered(it)) /* no pv: the cursor still passes the V ranges, to stay ahead */
         pf_advance(pc, n);
 }

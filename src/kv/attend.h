@@ -45,6 +45,8 @@ typedef struct kvc_attend_times {
      * no threshold was taken), selections that went on below the threshold,
      * selections without a threshold */
     uint64_t topk_calls, topk_units, topk_candidates, topk_continued, topk_whole;
+    /* tokens copied into the streams' near buffers (kv/near.h) */
+    uint64_t near_copied;
 } kvc_attend_times;
 void kvc_attend_ws_times(const kvc_attend_ws *ws, kvc_attend_times *out);
 

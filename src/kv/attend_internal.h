@@ -13,6 +13,8 @@
 #include "kv/select/topk.h"
 
 enum { TILE = 256, MAX_THREADS = 256, SERIAL_TOKENS = 8192 };
+/* item.ci of the stream's near buffer (kv/near.h); -1 is the hot window. */
+enum { KVC_NEAR_CI = -2 };
 /* Scoring tasks: about total units / (SCORE_TASKS_PER_THREAD * threads) units
  * each (dynamic hand-out evens out a thread slowed by a neighbour), within
  * [SCORE_TASK_MIN, SCORE_TASK_MAX] (a 16-unit min/max block of 64 channels is
@@ -21,7 +23,7 @@ enum { TILE = 256, MAX_THREADS = 256, SERIAL_TOKENS = 8192 };
 enum { SCORE_TASKS_PER_THREAD = 8, SCORE_TASK_MIN = 1024, SCORE_TASK_MAX = 16384 };
 
 typedef struct item {
-    int ci;        /* chunk index, -1 = hot window */
+    int ci;        /* chunk index, -1 = hot window, KVC_NEAR_CI = near buffer */
     int group;     /* transform group index, -1 = none */
     int r0, nr;    /* ranges[r0 .. r0+nr) of the request */
     int n;         /* tokens */
@@ -65,6 +67,7 @@ typedef struct req_state {
     kvc_topk_seg *tseg; int cap_tseg;
     kvc_topk_ws topk;
     double t_topk;                 /* this call's top-k time */
+    int64_t near_copied;           /* tokens gathered into the near buffer, summed over calls */
     kvc_status st;
 } req_state;
 

@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "base/threadpool.h"
 #include "kv/attend_internal.h"
+#include "kv/near.h"
 #include "kvcomp/progress.h" /* kvc_now_s */
 
 
@@ -227,6 +228,83 @@ static kvc_status plan_prep(kvc_attend_req *rq, req_state *r, const kvc_attend_o
     return KVC_OK;
 }
 
+/* The selected ranges of chunk ci (its units from sel[*si..], merged where
+ * adjacent) as work items; *si moves past them. */
+static int add_selected(req_state *r, int ci, int grp, const unit_ref *sel, int n_sel, int *si, int tile,
+                        kvc_range **tmp, int *tmp_cap) {
+    int n = 0;
+    while (*si < n_sel && sel[*si].ci < ci) (*si)++;
+    while (*si + n < n_sel && sel[*si + n].ci == ci) n++;
+    if (n > *tmp_cap) {
+        kvc_range *t = realloc(*tmp, (size_t)n * sizeof *t);
+        if (!t) return 0;
+        *tmp = t;
+        *tmp_cap = n;
+    }
+    int m = 0; /* merge adjacent units */
+    for (int i = 0; i < n; i++) {
+        kvc_range u = sel[*si + i].r;
+        if (m > 0 && (*tmp)[m - 1].end == u.begin) (*tmp)[m - 1].end = u.end;
+        else (*tmp)[m++] = u;
+    }
+    *si += n;
+    return add_ranges(r, ci, grp, *tmp, m, tile);
+}
+
+/* Whether this step attends the selected units of dense f16 chunks from the
+ * stream's near buffer: the method asks for it, no attention weights are
+ * reported per chunk range, and the eligible chunks come in position order
+ * (the buffer knows units by position). */
+static int use_near(const kvc_attend_req *rq, const int *chunk_group) {
+    const kvc_stream *s = rq->s;
+    if (rq->plan.budget < 0 || !rq->plan.near || rq->want_attn) return 0;
+    int64_t end = INT64_MIN;
+    for (int ci = 0; ci < s->n_chunks; ci++) {
+        const kvc_chunk *c = s->chunks[ci];
+        if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS) || chunk_group[ci] >= 0 || !kvc_near_eligible(c, s->dim))
+            continue;
+        if (c->pos0 < end) return 0;
+        end = c->pos0 + c->n;
+    }
+    return 1;
+}
+
+/* The selected units of near-eligible chunks gathered into the stream's near
+ * buffer and attended from there (as chunk KVC_NEAR_CI); the other units of
+ * sel are left for add_selected. */
+static kvc_status add_near(kvc_attend_req *rq, req_state *r, const unit_ref *sel, int n_sel,
+                           const int *chunk_group, unit_ref **rest, int *n_rest) {
+    kvc_stream *s = rq->s;
+    kvc_near_unit *nu = malloc((size_t)(n_sel ? n_sel : 1) * sizeof *nu);
+    unit_ref *other = malloc((size_t)(n_sel ? n_sel : 1) * sizeof *other);
+    if (!nu || !other) {
+        free(nu);
+        free(other);
+        return kvc_fail(KVC_ERR_NOMEM, "near buffer units (%d)", n_sel);
+    }
+    int n = 0, m = 0;
+    for (int i = 0; i < n_sel; i++) {
+        const kvc_chunk *c = s->chunks[sel[i].ci];
+        if (chunk_group[sel[i].ci] < 0 && kvc_near_eligible(c, s->dim)) nu[n++] = (kvc_near_unit){c, sel[i].r};
+        else other[m++] = sel[i];
+    }
+    const kvc_range *ranges;
+    int nr = 0;
+    int64_t copied = 0;
+    kvc_status st = kvc_near_update(&s->near, s->dim, nu, n, &ranges, &nr, &copied);
+    free(nu);
+    if (st == KVC_OK && nr > 0 && !add_ranges(r, KVC_NEAR_CI, -1, ranges, nr, TILE))
+        st = kvc_fail(KVC_ERR_NOMEM, "work items");
+    r->near_copied += copied;
+    if (st != KVC_OK) {
+        free(other);
+        return st;
+    }
+    *rest = other;
+    *n_rest = m;
+    return KVC_OK;
+}
+
 /* Planning, last round: the selection from the scores, then the work items. */
 static kvc_status plan_finish(kvc_attend_req *rq, int idx, req_state *r, const kvc_attend_opts *o) {
     kvc_stream *s = rq->s;
@@ -245,6 +323,16 @@ static kvc_status plan_finish(kvc_attend_req *rq, int idx, req_state *r, const k
         free(ci);
         free(ur);
     }
+    if (st == KVC_OK && use_near(rq, chunk_group)) { /* near units first; sel keeps the others */
+        unit_ref *rest = NULL;
+        int n_rest = 0;
+        st = add_near(rq, r, sel, n_sel, chunk_group, &rest, &n_rest);
+        if (st == KVC_OK) {
+            free(sel);
+            sel = rest;
+            n_sel = n_rest;
+        }
+    }
 
     /* work items, chunk order (transform groups stay contiguous), hot window last */
     int si = 0;
@@ -255,29 +343,9 @@ static kvc_status plan_finish(kvc_attend_req *rq, int idx, req_state *r, const k
         if (c->n == 0) continue;
         int tile = tile_for(c);
         int selectable = rq->plan.budget >= 0 && c->sel.ops && !(c->flags & KVC_CHUNK_ALWAYS);
-        int ok;
-        if (!selectable) {
-            kvc_range all = {0, c->n};
-            ok = add_ranges(r, ci, chunk_group[ci], &all, 1, tile);
-        } else {
-            int n = 0;
-            while (si < n_sel && sel[si].ci < ci) si++;
-            while (si + n < n_sel && sel[si + n].ci == ci) n++;
-            if (n > tmp_cap) {
-                kvc_range *t = realloc(tmp, (size_t)n * sizeof *t);
-                if (!t) { st = kvc_fail(KVC_ERR_NOMEM, "ranges"); break; }
-                tmp = t;
-                tmp_cap = n;
-            }
-            int m = 0; /* merge adjacent units */
-            for (int i = 0; i < n; i++) {
-                kvc_range u = sel[si + i].r;
-                if (m > 0 && tmp[m - 1].end == u.begin) tmp[m - 1].end = u.end;
-                else tmp[m++] = u;
-            }
-            ok = add_ranges(r, ci, chunk_group[ci], tmp, m, tile);
-            si += n;
-        }
+        kvc_range all = {0, c->n};
+        int ok = selectable ? add_selected(r, ci, chunk_group[ci], sel, n_sel, &si, tile, &tmp, &tmp_cap)
+                            : add_ranges(r, ci, chunk_group[ci], &all, 1, tile);
         if (!ok) st = kvc_fail(KVC_ERR_NOMEM, "work items");
     }
     if (st == KVC_OK && s->hot->n > 0) {

@@ -16,6 +16,7 @@
 #include "kv/cache_impl.h"
 #include "kv/codec/dense.h"
 #include "kv/codec/codec.h"
+#include "kv/near.h"
 #include "kv/prefill.h"
 
 static void chunk_user_free(void *ctx, kvc_chunk *c) {
@@ -529,6 +530,7 @@ void kvc_cache_stats_get(const kvc_cache *c, kvc_cache_stats *out) {
         out->window_bytes += p + m - chunk_spare(s->hot);
         spare += chunk_spare(s->hot);
         hot += (uint64_t)s->hot->n;
+        out->buffer_bytes += kvc_near_bytes(s->near);
         for (int j = 0; j < c->spec.n; j++)
             if (c->spec.m[j]->ops.buffer_bytes)
                 out->buffer_bytes += c->spec.m[j]->ops.buffer_bytes(c->mstate[j], s, s->mstate[j]);

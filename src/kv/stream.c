@@ -10,6 +10,7 @@
 
 #include "base/status.h"
 #include "kv/codec/dense.h"
+#include "kv/near.h"
 
 kvc_status kvc_stream_create(int layer, int head, int dim, int hot_type, kvc_stream **out) {
     *out = NULL;
@@ -44,6 +45,8 @@ void kvc_stream_clear(kvc_stream *s) {
     s->hot->n = 0;
     s->hot->pos0 = 0;
     s->n_pos = 0;
+    kvc_near_free(s->near); /* positions will be given again */
+    s->near = NULL;
     s->version++;
 }
 
@@ -54,6 +57,7 @@ void kvc_stream_free(kvc_stream *s) {
     kvc_chunk_free(s->hot);
     kvc_xform_release(s->xf);
     free(s->sel_cache);
+    kvc_near_free(s->near);
     free(s->stage);
     free(s);
 }
@@ -86,6 +90,10 @@ kvc_status kvc_stream_replace(kvc_stream *s, int first, int count, kvc_chunk **n
             (size_t)(s->n_chunks - first - count) * sizeof *s->chunks);
     for (int i = 0; i < n_new; i++) s->chunks[first + i] = new_chunks[i];
     s->n_chunks += n_new - count;
+    if (count > 0 || first + n_new < s->n_chunks) { /* not an append: the near buffer's units may be gone */
+        kvc_near_free(s->near);
+        s->near = NULL;
+    }
     s->version++;
     return KVC_OK;
 }

@@ -39,6 +39,7 @@ typedef struct kvc_stream {
     uint64_t version;     /* bumped whenever the chunk list or a dead mask changes */
     void *mstate[KVC_MAX_STACK]; /* per-stream state of each method layer (base first) */
     void *sel_cache;      /* driver-owned: previous selection (for reuse) */
+    struct kvc_near *near; /* driver-owned: the last selection's units side by side (kv/near.h), or NULL */
     /* Set by the cache: frees chunk->user via the method's chunk_free hooks. */
     void (*chunk_user_free)(void *ctx, kvc_chunk *c);
     void *chunk_user_ctx;

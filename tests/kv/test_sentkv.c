@@ -17,7 +17,9 @@
  *    and a file truncated or altered under the running cache is reported;
  *    with the near buffer (reuse) attention is bit for bit what it is when
  *    every step gathers its selection afresh from the file, and every byte a
- *    step reads comes either from the file or from the near buffer.
+ *    step reads comes either from the file or from the near buffer;
+ *  - the near buffer in RAM: attention as from the chunks, only newly
+ *    selected sentences copied, its bytes counted.
  *
  * Tolerance of the attention comparisons: |Δ| <= 3e-5 * (1 + |ref|). */
 #include <math.h>
@@ -458,6 +460,52 @@ static void test_far_near_reuse(void **state) {
     free(k), free(v);
 }
 
+/* The near buffer in RAM (kv/near.h): two caches with the same K/V and
+ * drifting queries (each aims at a token for 6 steps), one attending its
+ * selection from the near buffer (near=1, the default), one where it lies in
+ * the chunks (near=0). The outputs agree within float rounding (the same f16
+ * rows in another order), on one thread and split over parts; the buffer
+ * copies only the sentences a step newly selects, far fewer than the steps
+ * attend, and its bytes are counted among the reserved buffers. */
+static void test_near_in_ram(void **state) {
+    (void)state;
+    kvc_codecs_init();
+    kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
+    kvc_cache *a, *b;
+    assert_int_equal(kvc_cache_create(&shape, "sentkv:usage=0.2", NULL, &a), KVC_OK);
+    assert_int_equal(kvc_cache_create(&shape, "sentkv:usage=0.2,near=0", NULL, &b), KVC_OK);
+    size_t row = (size_t)NKV * HD;
+    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
+    float q[NH * HD], oa[NH * HD], ob[NH * HD];
+    kvc_synth_kv(NKV, HD, 0, NTOK, 11, k, v);
+    assert_int_equal(kvc_cache_load(a, 0, 900, k, v), KVC_OK);
+    assert_int_equal(kvc_cache_load(b, 0, 900, k, v), KVC_OK);
+    for (int t = 900; t < 960; t++) {
+        assert_int_equal(kvc_cache_append(a, 0, k + t * row, v + t * row), KVC_OK);
+        assert_int_equal(kvc_cache_append(b, 0, k + t * row, v + t * row), KVC_OK);
+        make_q(q, k, 50 + (t - 900) / 6 * 83);
+        assert_int_equal(kvc_cache_attend_opts(a, 0, q, oa, t % 2 ? 3 : 0), KVC_OK);
+        assert_int_equal(kvc_cache_attend(b, 0, q, ob), KVC_OK);
+        expect_close(oa, ob, NH * HD, 3e-5, "near buffer against the chunks");
+    }
+    kvc_attend_times ta, tb;
+    kvc_cache_attend_times(a, &ta);
+    kvc_cache_attend_times(b, &tb);
+    kvc_cache_stats sa, sb;
+    kvc_cache_stats_get(a, &sa);
+    kvc_cache_stats_get(b, &sb);
+    assert_int_equal(tb.near_copied, 0);
+    assert_true(ta.near_copied > 0);
+    assert_true(sa.reuse_rate > 0.5);
+    /* 60 steps of about 0.2 * 930 selected tokens per KV head: most reused */
+    assert_true(ta.near_copied < (uint64_t)(60 * NKV * 0.2 * 930) / 2);
+    assert_true(sa.buffer_bytes > sb.buffer_bytes);
+    assert_true(sa.in_use_bytes == sb.in_use_bytes);
+    kvc_cache_free(a);
+    kvc_cache_free(b);
+    free(k), free(v);
+}
+
 static void test_bad_specs(void **state) {
     (void)state;
     assert_int_equal(kvc_method_validate("sentkv:usage=-0.1"), KVC_ERR_ARG);
@@ -480,6 +528,7 @@ int main(void) {
         cmocka_unit_test(test_streaming),
         cmocka_unit_test(test_far_tier),
         cmocka_unit_test(test_far_near_reuse),
+        cmocka_unit_test(test_near_in_ram),
         cmocka_unit_test(test_bad_specs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

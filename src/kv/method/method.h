@@ -75,6 +75,8 @@ typedef struct kvc_method_env {
 typedef struct kvc_select_plan {
     int64_t budget;     /* tokens of selectable chunks to attend; < 0: attend all (no selection) */
     int reuse;          /* non-zero: keep the previous step's selection if the stream is unchanged */
+    int near;           /* non-zero: attend the selected units of dense f16 chunks from the stream's
+                         * near buffer (kv/near.h), gathering only those the last step did not select */
 } kvc_select_plan;
 
 typedef struct kvc_method_ops {

@@ -31,10 +31,13 @@
  *    with pread and verified block by block when selected; RAM keeps the
  *    profiles, the sinks and the hot window. A truncated or altered file is
  *    reported as the attention's error (after_attend).
- *  - Near buffer (§4.2.2 reuse, `near=1`): the far tier keeps the blocks of
- *    the previous step's selection in RAM; on_select drops those the new
- *    selection does not cover, so a step reads only its newly selected
- *    sentences from the file (bytes served from RAM: far_reused_bytes).
+ *  - Near buffer (§4.2.2 reuse, `near=1`): the sentences of the previous
+ *    step's selection stay side by side in the stream's near buffer
+ *    (kv/near.h), and a step copies in only those it newly selects, then
+ *    attends them all in long runs; in the far tier the blocks of the
+ *    previous selection stay in RAM (on_select drops those the new selection
+ *    does not cover), so a step reads only its newly selected sentences from
+ *    the file (bytes served from RAM: far_reused_bytes).
  *  - Memory limit (`mem=256M`, the CLI's --kv-mem): sealed sentences stay in
  *    RAM while their K/V fit the limit (all streams together); those that do
  *    not go to the far tier (a temporary file, deleted when the cache is
@@ -67,7 +70,7 @@ typedef struct sentkv_cfg {
     int recent;   /* newest tokens always attended (kept in the hot window) */
     int block;    /* tokens per chunk */
     char far[KVC_PARAM_STR_MAX]; /* "" or the far tier's file */
-    int near;     /* far tier: keep the last selection's blocks in RAM */
+    int near;     /* keep the last selection in a near buffer (RAM: kv/near.h; far tier: its blocks) */
     char mem[KVC_PARAM_STR_MAX]; /* "" or the RAM allowed to sealed sentences ("256M") */
     int profile;  /* 0 f16, 1 q8 (select/minmax.h) */
     int heads;    /* 0: a sentence scores the sum of its group's heads' bounds, 1: the largest */
@@ -94,7 +97,8 @@ static const kvc_param sentkv_params[] = {
     {.key = "far", .type = KVC_PARAM_STRING, .offset = offsetof(sentkv_cfg, far), .def = "",
      .help = "far tier: keep sealed sentences in this file (created), read back with pread"},
     {.key = "near", .type = KVC_PARAM_BOOL, .offset = offsetof(sentkv_cfg, near), .def = "1",
-     .help = "far tier: keep the previous step's selected blocks in RAM (near buffer); only new ones are read"},
+     .help = "near buffer: the previous step's selected sentences stay side by side in RAM and are attended "
+             "from there; only newly selected ones are copied (far tier: read from the file)"},
     {.key = "mem", .type = KVC_PARAM_STRING, .offset = offsetof(sentkv_cfg, mem), .def = "",
      .help = "RAM for sealed sentences (bytes, or with K/M/G); the rest go to the far tier (a temporary file "
              "unless far= names one)"},
@@ -308,7 +312,7 @@ static kvc_select_plan sentkv_select(void *state, kvc_stream *s, void *sstate) {
     for (int ci = 0; ci < s->n_chunks; ci++)
         if (!s->chunks[ci]->sel.ops || (s->chunks[ci]->flags & KVC_CHUNK_ALWAYS)) always += s->chunks[ci]->n;
     int64_t b = kvc_budget_tokens(st->cfg.usage, s->n_pos) - always;
-    return (kvc_select_plan){.budget = b > 0 ? b : 0, .reuse = 0};
+    return (kvc_select_plan){.budget = b > 0 ? b : 0, .reuse = 0, .near = st->cfg.near};
 }
 
 static kvc_status sentkv_after_attend(void *state) {
