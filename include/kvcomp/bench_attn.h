@@ -2,8 +2,8 @@
  * contexts, every method of --kv in the same run (docs/design.md §6). For each
  * context length and method: a cache of L layers is filled through the
  * method's normal append path (synthetic K/V from kv/synth.h, or a layer of a
- * K/V dump tiled to the length), then decode attention of a fixed query is
- * timed per layer, cycling over the L layers so that each step reads a cache
+ * K/V dump tiled to the length), then decode attention of a fixed query (or
+ * one that drifts from round to round, `drift`) is timed per layer, cycling over the L layers so that each step reads a cache
  * that is not in the CPU's caches — as in a real decode step, where 30 layers
  * each read their own cache. The methods of one context are timed in rounds
  * (one sweep over the layers each, the order reversed every other round), so
