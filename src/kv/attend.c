@@ -236,11 +236,21 @@ static void item_pv(const kvc_chunk *c, const item *it, const kvc_range *r, cons
         }
 }
 
-/* One item: qk, mask, online softmax update of acc (dimension dim), pv. */
-static void run_item(const kvc_chunk *c, const item *it, const kvc_range *rs, const float *q,
+/* A near buffer item's rows (kv/near.h): the newly selected units' rows
+ * copied in now, so that qk and pv read them from the CPU's cache; the
+ * sources of the next TILE rows' copies asked for meanwhile. */
+static void near_fill_item(kvc_near *nb, const kvc_range *r, int nr) {
+    kvc_near_prefetch(nb, (kvc_range){r[nr - 1].end, r[nr - 1].end + TILE});
+    for (int i = 0; i < nr; i++) kvc_near_fill(nb, r[i]);
+}
+
+/* One item: qk, mask, online softmax update of acc (dimension dim), pv. nb:
+ * the near buffer when the item is one of its (else NULL). */
+static void run_item(const kvc_chunk *c, kvc_near *nb, const item *it, const kvc_range *rs, const float *q,
                      int ldq, int G, float *acc, int dim, float *s, float *sraw, int64_t nraw, pf_cursor *pc) {
     int n = it->n;
     const kvc_range *r = rs + it->r0;
+    if (nb) near_fill_item(nb, r, it->nr);
     item_qk(c, it, r, q, ldq, G, s, pc);
     if (c->dead) {
         int j = 0;
@@ -307,11 +317,12 @@ static void run_part(void *ctx, int task, int thread) {
             }
         }
         const kvc_chunk *c = chunk_at(st, it->ci);
+        kvc_near *nb = it->ci == KVC_NEAR_CI ? st->near : NULL;
         if (grp >= 0)
-            run_item(c, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k, G,
+            run_item(c, nb, it, r->ranges, r->qt + r->groups[grp].q_off, r->groups[grp].xf->dim_k, G,
                      gacc, dv, t->s, sraw, r->n_tokens, &pc);
         else
-            run_item(c, it, r->ranges, r->qs, d, G, pacc, d, t->s, sraw, r->n_tokens, &pc);
+            run_item(c, nb, it, r->ranges, r->qs, d, G, pacc, d, t->s, sraw, r->n_tokens, &pc);
     }
     if (grp >= 0) {
         r->groups[grp].xf->ops->finish_out(r->groups[grp].xf, gacc + 2 * G, G, dv, t->tmp, d);

@@ -5,6 +5,7 @@
  * finds one of its own length or the next longer in a few steps. */
 #include "kv/near.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,15 +29,26 @@ typedef struct unit_list {
     int n, cap;
 } unit_list;
 
+/* A copy the attention makes (kvc_near_fill): rows [dst, dst + len) from
+ * rows [from, from + len) of src; `unit` is its index in the held list. */
+typedef struct near_copy {
+    int32_t dst, len, from, unit;
+    const kvc_chunk *src;
+} near_copy;
+
 struct kvc_near {
     int dim;
     kvc_chunk *ch;       /* the rows, K and V; ch->n: rows up to the end */
     unit_list held, next; /* the units held (by position), and the next step's being built */
     int32_t *start;      /* [cap_start]: length of the unit starting at the row, else 0 */
+    int32_t *fresh_at;   /* [cap_start]: 1 + the next list's index of a unit to copy there, else 0 */
     int cap_start;
     hole_list holes[NB];
     kvc_range *ranges;
     int cap_ranges;
+    near_copy *cp;       /* this step's copies, in row order */
+    atomic_int *cp_done; /* rows of each copy filled so far */
+    int n_cp, cap_cp;
 };
 
 static int grow_to(void **p, int *cap, int n, size_t es) {
@@ -118,10 +130,14 @@ static kvc_status set_end(kvc_near *nb, int end) {
     void *rows;
     KVC_TRY(kvc_dense_set_count(&nb->ch->kc, nb->ch->kb, end, &rows));
     KVC_TRY(kvc_dense_set_count(&nb->ch->vc, nb->ch->vb, end, &rows));
-    int old = nb->cap_start;
-    if (!grow_to((void **)&nb->start, &nb->cap_start, end, sizeof *nb->start))
+    int old = nb->cap_start, cap = old;
+    if (!grow_to((void **)&nb->start, &cap, end, sizeof *nb->start) ||
+        !grow_to((void **)&nb->fresh_at, &nb->cap_start, end, sizeof *nb->fresh_at))
         return kvc_fail(KVC_ERR_NOMEM, "near buffer: %d rows", end);
-    if (nb->cap_start > old) memset(nb->start + old, 0, (size_t)(nb->cap_start - old) * sizeof *nb->start);
+    if (nb->cap_start > old) {
+        memset(nb->start + old, 0, (size_t)(nb->cap_start - old) * sizeof *nb->start);
+        memset(nb->fresh_at + old, 0, (size_t)(nb->cap_start - old) * sizeof *nb->fresh_at);
+    }
     nb->ch->n = end;
     return KVC_OK;
 }
@@ -148,39 +164,53 @@ static kvc_status place_new(kvc_near *nb, int limit, int *fits) {
     return KVC_OK;
 }
 
-/* Asks for the rows of unit i of next (K and V) to be loaded. */
-static void prefetch_unit(const kvc_near *nb, const kvc_near_unit *u, int i) {
-    size_t row = (size_t)nb->dim * 2, bytes = (size_t)nb->next.len[i] * row, from = (size_t)u[i].r.begin * row;
-    const char *k = (const char *)kvc_dense_rows(u[i].c->kb) + from, *v = (const char *)kvc_dense_rows(u[i].c->vb) + from;
-    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(k + b, 0, 0), __builtin_prefetch(v + b, 0, 0);
+/* The units of next placed in this call (fresh[]) are to be copied: marked
+ * at their first row, for read_ranges to list in row order. */
+static void mark_copies(kvc_near *nb, const unsigned char *fresh, int64_t *copied) {
+    for (int i = 0; i < nb->next.n; i++)
+        if (fresh[i]) {
+            nb->fresh_at[nb->next.off[i]] = i + 1;
+            *copied += nb->next.len[i];
+        }
 }
 
-/* Units whose rows are asked for ahead of the one being copied: each lies
- * somewhere in hundreds of megabytes, and a copy that waits for one unit's
- * lines at a time runs at the memory's latency, not its bandwidth. */
-enum { COPY_AHEAD = 4 };
+/* The units of the previous step's copies that the attention did not fill
+ * completely (it failed, or never ran) are stale: marked by a negative
+ * length in the held list, so that match_held treats them as new. */
+static void mark_stale(kvc_near *nb) {
+    for (int k = 0; k < nb->n_cp; k++)
+        if (atomic_load_explicit(&nb->cp_done[k], memory_order_relaxed) < nb->cp[k].len)
+            nb->held.len[nb->cp[k].unit] = -nb->cp[k].len;
+    nb->n_cp = 0;
+}
 
-/* Copies the rows of the units placed in this call (marked in fresh[]). */
-static void copy_rows(kvc_near *nb, const kvc_near_unit *u, const unsigned char *fresh, int64_t *copied) {
-    size_t row = (size_t)nb->dim * 2;
-    char *kd = (char *)kvc_dense_rows(nb->ch->kb), *vd = (char *)kvc_dense_rows(nb->ch->vb);
-    int ahead = 0, seen = 0; /* the prefetch cursor: next unit to ask for, fresh ones asked for */
-    for (int i = 0; i < nb->next.n; i++) {
-        if (!fresh[i]) continue;
-        for (; ahead < nb->next.n && seen <= COPY_AHEAD; ahead++)
-            if (fresh[ahead]) prefetch_unit(nb, u, ahead), seen++;
-        seen--;
-        const kvc_chunk *c = u[i].c;
-        size_t bytes = (size_t)nb->next.len[i] * row, from = (size_t)u[i].r.begin * row,
-               to = (size_t)nb->next.off[i] * row;
-        memcpy(kd + to, (const char *)kvc_dense_rows(c->kb) + from, bytes);
-        memcpy(vd + to, (const char *)kvc_dense_rows(c->vb) + from, bytes);
-        *copied += nb->next.len[i];
+static int add_copy(kvc_near *nb, int32_t row, const kvc_near_unit *u) {
+    int i = nb->fresh_at[row] - 1;
+    nb->fresh_at[row] = 0;
+    int cap = nb->cap_cp;
+    if (!grow_to((void **)&nb->cp, &cap, nb->n_cp + 1, sizeof *nb->cp)) return 0;
+    if (cap > nb->cap_cp) {
+        atomic_int *d = realloc(nb->cp_done, (size_t)cap * sizeof *d);
+        if (!d) return 0;
+        nb->cp_done = d;
+        nb->cap_cp = cap;
     }
+    nb->cp[nb->n_cp] = (near_copy){row, nb->next.len[i], u[i].r.begin, i, u[i].c};
+    atomic_init(&nb->cp_done[nb->n_cp], 0);
+    nb->n_cp++;
+    return 1;
 }
 
 /* next := the units u, with the rows of those held already; the held units
  * not in u become holes. fresh[i]: unit i has no rows yet. */
+/* Unit j of the held list leaves: its rows become a hole (a stale unit's
+ * length is negative, mark_stale). */
+static int release_held(kvc_near *nb, int j) {
+    const unit_list *h = &nb->held;
+    nb->start[h->off[j]] = 0;
+    return push_hole(nb, h->off[j], h->len[j] < 0 ? -h->len[j] : h->len[j]);
+}
+
 static int match_held(kvc_near *nb, const kvc_near_unit *u, int n, unsigned char *fresh) {
     unit_list *h = &nb->held, *x = &nb->next;
     x->n = 0;
@@ -188,25 +218,18 @@ static int match_held(kvc_near *nb, const kvc_near_unit *u, int n, unsigned char
     for (int i = 0; i < n; i++) {
         int64_t pos = u[i].c->pos0 + u[i].r.begin;
         int32_t len = u[i].r.end - u[i].r.begin;
-        for (; j < h->n && h->pos[j] < pos; j++) { /* no longer selected */
-            nb->start[h->off[j]] = 0;
-            if (!push_hole(nb, h->off[j], h->len[j])) return 0;
-        }
+        for (; j < h->n && h->pos[j] < pos; j++) /* no longer selected */
+            if (!release_held(nb, j)) return 0;
         int kept = j < h->n && h->pos[j] == pos && h->len[j] == len;
         x->pos[i] = pos, x->len[i] = len, x->off[i] = kept ? h->off[j] : -1;
         fresh[i] = !kept;
         if (j < h->n && h->pos[j] == pos) {
-            if (!kept) {
-                nb->start[h->off[j]] = 0;
-                if (!push_hole(nb, h->off[j], h->len[j])) return 0;
-            }
+            if (!kept && !release_held(nb, j)) return 0;
             j++;
         }
     }
-    for (; j < h->n; j++) {
-        nb->start[h->off[j]] = 0;
-        if (!push_hole(nb, h->off[j], h->len[j])) return 0;
-    }
+    for (; j < h->n; j++)
+        if (!release_held(nb, j)) return 0;
     x->n = n;
     return 1;
 }
@@ -215,6 +238,7 @@ static int match_held(kvc_near *nb, const kvc_near_unit *u, int n, unsigned char
 static kvc_status rebuild(kvc_near *nb, int need, unsigned char *fresh) {
     clear_holes(nb);
     memset(nb->start, 0, (size_t)nb->cap_start * sizeof *nb->start);
+    memset(nb->fresh_at, 0, (size_t)nb->cap_start * sizeof *nb->fresh_at);
     KVC_TRY(set_end(nb, need));
     int32_t off = 0;
     for (int i = 0; i < nb->next.n; i++) {
@@ -226,8 +250,9 @@ static kvc_status rebuild(kvc_near *nb, int need, unsigned char *fresh) {
     return KVC_OK;
 }
 
-/* The rows in use as ranges in row order, adjacent ones merged. */
-static kvc_status read_ranges(kvc_near *nb, int *n_ranges) {
+/* The rows in use as ranges in row order, adjacent ones merged, and the
+ * copies marked (mark_copies) listed in the same order. */
+static kvc_status read_ranges(kvc_near *nb, const kvc_near_unit *u, int *n_ranges) {
     int m = 0;
     for (int32_t i = 0; i < nb->ch->n;) {
         int32_t len = nb->start[i];
@@ -235,6 +260,7 @@ static kvc_status read_ranges(kvc_near *nb, int *n_ranges) {
             i++;
             continue;
         }
+        if (nb->fresh_at[i] && !add_copy(nb, i, u)) return kvc_fail(KVC_ERR_NOMEM, "near buffer copies");
         if (m > 0 && nb->ranges[m - 1].end == i) {
             nb->ranges[m - 1].end = i + len;
         } else {
@@ -271,27 +297,67 @@ kvc_status kvc_near_update(kvc_near **pnb, int dim, const kvc_near_unit *u, int 
     }
     kvc_status st = KVC_OK;
     int fits = 1;
+    mark_stale(nb);
     if (!match_held(nb, u, n, fresh)) st = kvc_fail(KVC_ERR_NOMEM, "near buffer holes");
     int limit = (int)need * END_FACTOR + SLACK_ROWS;
     if (st == KVC_OK) st = place_new(nb, limit, &fits);
     if (st == KVC_OK && (!fits || nb->ch->n > limit)) /* or the selection shrank */
         st = rebuild(nb, (int)need, fresh);
     if (st == KVC_OK) {
-        copy_rows(nb, u, fresh, copied);
+        mark_copies(nb, fresh, copied);
+        st = read_ranges(nb, u, n_ranges);
         unit_list t = nb->held;
         nb->held = nb->next, nb->next = t;
-        st = read_ranges(nb, n_ranges);
     }
     if (st != KVC_OK) { /* start again from an empty buffer next time */
         nb->held.n = 0;
+        nb->n_cp = 0;
         clear_holes(nb);
         if (nb->start) memset(nb->start, 0, (size_t)nb->cap_start * sizeof *nb->start);
+        if (nb->fresh_at) memset(nb->fresh_at, 0, (size_t)nb->cap_start * sizeof *nb->fresh_at);
         nb->ch->n = 0;
         *n_ranges = 0;
+        *copied = 0;
     }
     free(fresh);
     *ranges = nb->ranges;
     return st;
+}
+
+/* The first copy that ends after row `row` (copies are in row order). */
+static int first_copy_after(const kvc_near *nb, int32_t row) {
+    int lo = 0, hi = nb->n_cp;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (nb->cp[mid].dst + nb->cp[mid].len <= row) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+void kvc_near_fill(kvc_near *nb, kvc_range r) {
+    size_t row = (size_t)nb->dim * 2;
+    char *kd = (char *)kvc_dense_rows(nb->ch->kb), *vd = (char *)kvc_dense_rows(nb->ch->vb);
+    for (int k = first_copy_after(nb, r.begin); k < nb->n_cp && nb->cp[k].dst < r.end; k++) {
+        const near_copy *c = &nb->cp[k];
+        int32_t b = c->dst > r.begin ? c->dst : r.begin, e = c->dst + c->len < r.end ? c->dst + c->len : r.end;
+        size_t from = (size_t)(c->from + b - c->dst) * row, bytes = (size_t)(e - b) * row;
+        memcpy(kd + (size_t)b * row, (const char *)kvc_dense_rows(c->src->kb) + from, bytes);
+        memcpy(vd + (size_t)b * row, (const char *)kvc_dense_rows(c->src->vb) + from, bytes);
+        atomic_fetch_add_explicit(&nb->cp_done[k], e - b, memory_order_relaxed);
+    }
+}
+
+void kvc_near_prefetch(const kvc_near *nb, kvc_range r) {
+    size_t row = (size_t)nb->dim * 2;
+    for (int k = first_copy_after(nb, r.begin); k < nb->n_cp && nb->cp[k].dst < r.end; k++) {
+        const near_copy *c = &nb->cp[k];
+        int32_t b = c->dst > r.begin ? c->dst : r.begin, e = c->dst + c->len < r.end ? c->dst + c->len : r.end;
+        size_t from = (size_t)(c->from + b - c->dst) * row, bytes = (size_t)(e - b) * row;
+        const char *ks = (const char *)kvc_dense_rows(c->src->kb) + from,
+                   *vs = (const char *)kvc_dense_rows(c->src->vb) + from;
+        for (size_t x = 0; x < bytes; x += 64) __builtin_prefetch(ks + x, 0, 0), __builtin_prefetch(vs + x, 0, 0);
+    }
 }
 
 const kvc_chunk *kvc_near_chunk(const kvc_near *nb) { return nb->ch; }
@@ -300,7 +366,8 @@ uint64_t kvc_near_bytes(const kvc_near *nb) {
     if (!nb) return 0;
     uint64_t p = 0, m = 0, x = 0;
     kvc_chunk_bytes(nb->ch, &p, &m, &x);
-    uint64_t b = sizeof *nb + p + m + x + (uint64_t)nb->cap_start * 4 + (uint64_t)nb->cap_ranges * sizeof(kvc_range) +
+    uint64_t b = sizeof *nb + p + m + x + (uint64_t)nb->cap_start * 8 + (uint64_t)nb->cap_ranges * sizeof(kvc_range) +
+                 (uint64_t)nb->cap_cp * (sizeof(near_copy) + sizeof(atomic_int)) +
                  (uint64_t)(nb->held.cap + nb->next.cap) * 16;
     for (int i = 0; i < NB; i++) b += (uint64_t)nb->holes[i].cap * 8;
     return b;
@@ -312,6 +379,9 @@ void kvc_near_free(kvc_near *nb) {
     free(nb->held.pos), free(nb->held.off), free(nb->held.len);
     free(nb->next.pos), free(nb->next.off), free(nb->next.len);
     free(nb->start);
+    free(nb->fresh_at);
+    free(nb->cp);
+    free(nb->cp_done);
     for (int i = 0; i < NB; i++) free(nb->holes[i].off), free(nb->holes[i].len);
     free(nb->ranges);
     free(nb);

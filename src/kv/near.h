@@ -9,7 +9,12 @@
  *
  * Each step the units still selected stay in their rows, those no longer
  * selected leave holes, and only the newly selected ones are copied: into a
- * hole of their length or longer, else at the end. When the end would pass
+ * hole of their length or longer, else at the end. The copies are made by
+ * the attention (kvc_near_fill), each just before the work item that reads
+ * its rows, so the rows are read from the CPU's cache right after they are
+ * written, and the copies are spread over the threads with the attention
+ * instead of waiting in the planning of one KV head after another; a copy
+ * the attention did not finish (it failed) is made again next time. When the end would pass
  * twice the rows the selection needs (it grew, or shrank), the buffer is
  * rebuilt in position order. Consecutive decode steps select mostly the
  * same sentences (a reuse rate of 80-87% on real text), so a step copies a
@@ -37,13 +42,23 @@ typedef struct kvc_near_unit {
 int kvc_near_eligible(const kvc_chunk *c, int dim);
 
 /* Makes *nb (created on first use) hold exactly the units u[0..n) (eligible
- * chunks, in increasing position order, none overlapping), copying the rows
- * of those it does not hold yet. Gives the rows the units occupy as ranges of
- * kvc_near_chunk(*nb), in row order with adjacent ones merged, in *ranges
- * (owned by the buffer, valid until the next call) and their count in
- * *n_ranges; *copied: tokens copied in this call. */
+ * chunks, in increasing position order, none overlapping), placing those it
+ * does not hold yet, whose rows kvc_near_fill copies. Gives the rows the
+ * units occupy as ranges of kvc_near_chunk(*nb), in row order with adjacent
+ * ones merged, in *ranges (owned by the buffer, valid until the next call)
+ * and their count in *n_ranges; *copied: tokens to copy. The chunks of u
+ * must stay unchanged until the fills are done. */
 kvc_status kvc_near_update(kvc_near **nb, int dim, const kvc_near_unit *u, int n, const kvc_range **ranges,
                            int *n_ranges, int64_t *copied);
+
+/* Copies the rows of range r (inside the ranges kvc_near_update gave) that
+ * are still to be copied; before they are attended. Calls for disjoint
+ * ranges may run on different threads at once. */
+void kvc_near_fill(kvc_near *nb, kvc_range r);
+
+/* Asks for the source rows of the copies into range r to be loaded (a
+ * range filled next). */
+void kvc_near_prefetch(const kvc_near *nb, kvc_range r);
 
 /* The buffer's rows as a chunk (dense f16 K and V; rows outside the ranges
  * kvc_near_update gave are holes: stale, not to be attended). */

@@ -6,6 +6,8 @@
  *    copied; the end stays within twice the selection (plus slack), over a
  *    long run of drifting, shrinking and growing selections;
  *  - an empty selection and one that is all new (a rebuild) work;
+ *  - rows are copied by kvc_near_fill over any cut of the ranges; a unit
+ *    whose copy was not finished (the attention failed) is copied again;
  *  - ineligible chunks (f32 rows, a transform-free chunk with evicted tokens)
  *    and units out of position order are refused, not stored;
  *  - a stream drops its buffer when chunks are replaced or cleared. */
@@ -90,6 +92,19 @@ static void check_rows(const kvc_near *nb, const kvc_near_unit *sel, int n, cons
     free(seen);
 }
 
+/* The attention's part: every range filled, in pieces of varying size cut
+ * anywhere (a work item may end inside a unit), some prefetched first. */
+static void fill_rows(kvc_near *nb, const kvc_range *r, int nr, int step) {
+    for (int i = 0; i < nr; i++) {
+        int cut = 1 + (step * 7 + i * 13) % 40;
+        for (int b = r[i].begin; b < r[i].end; b += cut) {
+            kvc_range piece = {b, b + cut < r[i].end ? b + cut : r[i].end};
+            if (i % 2) kvc_near_prefetch(nb, piece);
+            kvc_near_fill(nb, piece);
+        }
+    }
+}
+
 /* Tokens of sel not in prev (both in position order). */
 static int64_t new_tokens(const kvc_near_unit *sel, int n, const kvc_near_unit *prev, int np) {
     int64_t t = 0;
@@ -131,6 +146,7 @@ static void test_near_follows_selection(void **state) {
         int nr;
         int64_t copied;
         assert_int_equal(kvc_near_update(&nb, DIM, sel, n, &r, &nr, &copied), KVC_OK);
+        fill_rows(nb, r, nr, step);
         check_rows(nb, sel, n, r, nr);
         /* a rebuild copies everything; otherwise exactly the new units */
         int64_t fresh = new_tokens(sel, n, prev, np);
@@ -161,11 +177,20 @@ static void test_near_refuses(void **state) {
     assert_int_equal(kvc_near_update(&nb, DIM, &bad, 1, &r, &nr, &copied), KVC_ERR_INTERNAL);
     kvc_near_unit backwards[2] = {{f16, {10, 14}}, {f16, {2, 6}}};
     assert_int_equal(kvc_near_update(&nb, DIM, backwards, 2, &r, &nr, &copied), KVC_ERR_INTERNAL);
-    kvc_near_unit good = {f16, {2, 6}};
-    assert_int_equal(kvc_near_update(&nb, DIM, &good, 1, &r, &nr, &copied), KVC_OK);
+    kvc_near_unit good[2] = {{f16, {2, 6}}, {f16, {20, 30}}};
+    assert_int_equal(kvc_near_update(&nb, DIM, good, 2, &r, &nr, &copied), KVC_OK);
     assert_int_equal(nr, 1);
-    assert_int_equal(r[0].end - r[0].begin, 4);
-    assert_int_equal(copied, 4);
+    assert_int_equal(r[0].end - r[0].begin, 14);
+    assert_int_equal(copied, 14);
+    /* the attention filled only the first unit and part of the second
+     * (it failed): the second is copied again next time */
+    kvc_near_fill(nb, (kvc_range){r[0].begin, r[0].begin + 7});
+    assert_int_equal(kvc_near_update(&nb, DIM, good, 2, &r, &nr, &copied), KVC_OK);
+    assert_int_equal(copied, 10);
+    kvc_near_fill(nb, r[0]);
+    check_rows(nb, good, 2, r, nr);
+    assert_int_equal(kvc_near_update(&nb, DIM, good, 2, &r, &nr, &copied), KVC_OK);
+    assert_int_equal(copied, 0);
     assert_int_equal(kvc_chunk_kill(f16, 3), KVC_OK); /* evicted tokens: no longer eligible */
     assert_false(kvc_near_eligible(f16, DIM));
     kvc_near_free(nb);
