@@ -408,13 +408,36 @@ static void test_far_tier(void **state) {
     free(k), free(v);
 }
 
-/* The near buffer: two caches with the same K/V and queries, one reusing the
- * previous step's selected blocks (near=1), one reading every selected block
- * from its file (near=0). Queries drift slowly (each aims at a token for 6
- * steps), so consecutive selections overlap. The outputs are identical (the
- * same f16 rows reach the same kernels); the bytes the reusing cache read
- * from its file plus those its near buffer served equal the bytes the other
- * read; reuse actually happens and saves reads. */
+/* Two caches of the same spec shape fed the same K/V (900 tokens, then 60
+ * decode steps whose queries drift: each aims at one token for 6 steps, so
+ * consecutive selections overlap); their outputs compared at every step,
+ * bit for bit when `exact`, else within float rounding with a's attention
+ * split over 3 parts every other step. */
+static void decode_pair(kvc_cache *a, kvc_cache *b, uint64_t seed, int exact) {
+    size_t row = (size_t)NKV * HD;
+    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
+    float q[NH * HD], oa[NH * HD], ob[NH * HD];
+    kvc_synth_kv(NKV, HD, 0, NTOK, seed, k, v);
+    assert_int_equal(kvc_cache_load(a, 0, 900, k, v), KVC_OK);
+    assert_int_equal(kvc_cache_load(b, 0, 900, k, v), KVC_OK);
+    for (int t = 900; t < 960; t++) {
+        assert_int_equal(kvc_cache_append(a, 0, k + t * row, v + t * row), KVC_OK);
+        assert_int_equal(kvc_cache_append(b, 0, k + t * row, v + t * row), KVC_OK);
+        make_q(q, k, 50 + (t - 900) / 6 * 83);
+        assert_int_equal(kvc_cache_attend_opts(a, 0, q, oa, exact || t % 2 == 0 ? 0 : 3), KVC_OK);
+        assert_int_equal(kvc_cache_attend(b, 0, q, ob), KVC_OK);
+        if (exact) assert_memory_equal(oa, ob, sizeof oa);
+        else expect_close(oa, ob, NH * HD, 3e-5, "near buffer against the chunks");
+    }
+    free(k), free(v);
+}
+
+/* The near buffer of the far tier: two caches (decode_pair), one reusing
+ * the previous step's selected blocks (near=1), one reading every selected
+ * block from its file (near=0). The outputs are identical (the same f16 rows
+ * reach the same kernels); the bytes the reusing cache read from its file
+ * plus those its near buffer served equal the bytes the other read; reuse
+ * actually happens and saves reads. */
 static void test_far_near_reuse(void **state) {
     (void)state;
     kvc_codecs_init();
@@ -428,20 +451,7 @@ static void test_far_near_reuse(void **state) {
     assert_int_equal(kvc_cache_create(&shape, spec, NULL, &a), KVC_OK);
     snprintf(spec, sizeof spec, "sentkv:usage=0.2,far=%s,near=0,profile=f16", pb);
     assert_int_equal(kvc_cache_create(&shape, spec, NULL, &b), KVC_OK);
-    size_t row = (size_t)NKV * HD;
-    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
-    float q[NH * HD], oa[NH * HD], ob[NH * HD];
-    kvc_synth_kv(NKV, HD, 0, NTOK, 9, k, v);
-    assert_int_equal(kvc_cache_load(a, 0, 900, k, v), KVC_OK);
-    assert_int_equal(kvc_cache_load(b, 0, 900, k, v), KVC_OK);
-    for (int t = 900; t < 960; t++) {
-        assert_int_equal(kvc_cache_append(a, 0, k + t * row, v + t * row), KVC_OK);
-        assert_int_equal(kvc_cache_append(b, 0, k + t * row, v + t * row), KVC_OK);
-        make_q(q, k, 50 + (t - 900) / 6 * 83);
-        assert_int_equal(kvc_cache_attend(a, 0, q, oa), KVC_OK);
-        assert_int_equal(kvc_cache_attend(b, 0, q, ob), KVC_OK);
-        assert_memory_equal(oa, ob, sizeof oa);
-    }
+    decode_pair(a, b, 9, 1);
     kvc_cache_stats sa, sb;
     kvc_cache_stats_get(a, &sa);
     kvc_cache_stats_get(b, &sb);
@@ -457,16 +467,15 @@ static void test_far_near_reuse(void **state) {
     kvc_cache_free(b);
     unlink(pa);
     unlink(pb);
-    free(k), free(v);
 }
 
-/* The near buffer in RAM (kv/near.h): two caches with the same K/V and
- * drifting queries (each aims at a token for 6 steps), one attending its
- * selection from the near buffer (near=1, the default), one where it lies in
- * the chunks (near=0). The outputs agree within float rounding (the same f16
- * rows in another order), on one thread and split over parts; the buffer
- * copies only the sentences a step newly selects, far fewer than the steps
- * attend, and its bytes are counted among the reserved buffers. */
+/* The near buffer in RAM (kv/near.h): two caches (decode_pair), one
+ * attending its selection from the near buffer (near=1, the default), one
+ * where it lies in the chunks (near=0). The outputs agree within float
+ * rounding (the same f16 rows in another order), on one thread and split
+ * over parts; the buffer copies only the sentences a step newly selects,
+ * far fewer than the steps attend, and its bytes are counted among the
+ * reserved buffers. */
 static void test_near_in_ram(void **state) {
     (void)state;
     kvc_codecs_init();
@@ -474,20 +483,7 @@ static void test_near_in_ram(void **state) {
     kvc_cache *a, *b;
     assert_int_equal(kvc_cache_create(&shape, "sentkv:usage=0.2", NULL, &a), KVC_OK);
     assert_int_equal(kvc_cache_create(&shape, "sentkv:usage=0.2,near=0", NULL, &b), KVC_OK);
-    size_t row = (size_t)NKV * HD;
-    float *k = malloc(sizeof(float) * NTOK * row), *v = malloc(sizeof(float) * NTOK * row);
-    float q[NH * HD], oa[NH * HD], ob[NH * HD];
-    kvc_synth_kv(NKV, HD, 0, NTOK, 11, k, v);
-    assert_int_equal(kvc_cache_load(a, 0, 900, k, v), KVC_OK);
-    assert_int_equal(kvc_cache_load(b, 0, 900, k, v), KVC_OK);
-    for (int t = 900; t < 960; t++) {
-        assert_int_equal(kvc_cache_append(a, 0, k + t * row, v + t * row), KVC_OK);
-        assert_int_equal(kvc_cache_append(b, 0, k + t * row, v + t * row), KVC_OK);
-        make_q(q, k, 50 + (t - 900) / 6 * 83);
-        assert_int_equal(kvc_cache_attend_opts(a, 0, q, oa, t % 2 ? 3 : 0), KVC_OK);
-        assert_int_equal(kvc_cache_attend(b, 0, q, ob), KVC_OK);
-        expect_close(oa, ob, NH * HD, 3e-5, "near buffer against the chunks");
-    }
+    decode_pair(a, b, 11, 0);
     kvc_attend_times ta, tb;
     kvc_cache_attend_times(a, &ta);
     kvc_cache_attend_times(b, &tb);
@@ -503,7 +499,6 @@ static void test_near_in_ram(void **state) {
     assert_true(sa.in_use_bytes == sb.in_use_bytes);
     kvc_cache_free(a);
     kvc_cache_free(b);
-    free(k), free(v);
 }
 
 static void test_bad_specs(void **state) {
