@@ -1,8 +1,9 @@
 /* The near buffer (near.h): the units held, in position order, each with the
  * row it starts at; per row the length of the unit that starts there (0 for
- * a hole's or a unit's inner rows), from which the attended ranges are read
- * off in row order; holes kept in buckets by length, so that a new unit
- * finds one of its own length or the next longer in a few steps. */
+ * a hole's or a unit's inner rows), from which the attended ranges and the
+ * copies to make are read off in row order; holes kept in buckets by length,
+ * so that a new unit finds one of its own length or the next longer in a few
+ * steps. */
 #include "kv/near.h"
 
 #include <stdatomic.h>
@@ -106,6 +107,12 @@ static void clear_holes(kvc_near *nb) {
     for (int b = 0; b < NB; b++) nb->holes[b].n = 0;
 }
 
+static void clear_row_marks(kvc_near *nb) {
+    if (!nb->cap_start) return;
+    memset(nb->start, 0, (size_t)nb->cap_start * sizeof *nb->start);
+    memset(nb->fresh_at, 0, (size_t)nb->cap_start * sizeof *nb->fresh_at);
+}
+
 int kvc_near_eligible(const kvc_chunk *c, int dim) {
     return c->kc.ops == &kvc_codec_f16 && c->vc.ops == &kvc_codec_f16 && c->kc.dim == dim && c->vc.dim == dim &&
            !c->xf && !c->dead && !c->pos;
@@ -125,7 +132,7 @@ static kvc_status near_create(int dim, kvc_near **out) {
     return KVC_OK;
 }
 
-/* Sets the rows' end to `end` (growing the blobs and the start array). */
+/* Sets the rows' end to `end` (growing the blobs and the per-row arrays). */
 static kvc_status set_end(kvc_near *nb, int end) {
     void *rows;
     KVC_TRY(kvc_dense_set_count(&nb->ch->kc, nb->ch->kb, end, &rows));
@@ -201,8 +208,6 @@ static int add_copy(kvc_near *nb, int32_t row, const kvc_near_unit *u) {
     return 1;
 }
 
-/* next := the units u, with the rows of those held already; the held units
- * not in u become holes. fresh[i]: unit i has no rows yet. */
 /* Unit j of the held list leaves: its rows become a hole (a stale unit's
  * length is negative, mark_stale). */
 static int release_held(kvc_near *nb, int j) {
@@ -211,6 +216,8 @@ static int release_held(kvc_near *nb, int j) {
     return push_hole(nb, h->off[j], h->len[j] < 0 ? -h->len[j] : h->len[j]);
 }
 
+/* next := the units u, with the rows of those held already; the held units
+ * not in u become holes. fresh[i]: unit i has no rows yet. */
 static int match_held(kvc_near *nb, const kvc_near_unit *u, int n, unsigned char *fresh) {
     unit_list *h = &nb->held, *x = &nb->next;
     x->n = 0;
@@ -237,8 +244,7 @@ static int match_held(kvc_near *nb, const kvc_near_unit *u, int n, unsigned char
 /* Every unit of next placed afresh from row 0, in position order. */
 static kvc_status rebuild(kvc_near *nb, int need, unsigned char *fresh) {
     clear_holes(nb);
-    memset(nb->start, 0, (size_t)nb->cap_start * sizeof *nb->start);
-    memset(nb->fresh_at, 0, (size_t)nb->cap_start * sizeof *nb->fresh_at);
+    clear_row_marks(nb);
     KVC_TRY(set_end(nb, need));
     int32_t off = 0;
     for (int i = 0; i < nb->next.n; i++) {
@@ -313,8 +319,7 @@ kvc_status kvc_near_update(kvc_near **pnb, int dim, const kvc_near_unit *u, int 
         nb->held.n = 0;
         nb->n_cp = 0;
         clear_holes(nb);
-        if (nb->start) memset(nb->start, 0, (size_t)nb->cap_start * sizeof *nb->start);
-        if (nb->fresh_at) memset(nb->fresh_at, 0, (size_t)nb->cap_start * sizeof *nb->fresh_at);
+        clear_row_marks(nb);
         nb->ch->n = 0;
         *n_ranges = 0;
         *copied = 0;
