@@ -36,6 +36,7 @@
 
 #include "expect_close.h"
 
+#include "base/threadpool.h"
 #include "kv/attend.h"
 #include "kv/cache_impl.h"
 #include "kv/method/sentence_split.h"
@@ -473,7 +474,7 @@ static void test_far_near_reuse(void **state) {
  * attending its selection from the near buffer (near=1, the default), one
  * where it lies in the chunks (near=0). The outputs agree within float
  * rounding (the same f16 rows in another order), on one thread and split
- * over parts; the buffer copies only the sentences a step newly selects,
+ * over parts on 3 threads (which fill the buffer at once); the buffer copies only the sentences a step newly selects,
  * far fewer than the steps attend, and its bytes are counted among the
  * reserved buffers. */
 static void test_near_in_ram(void **state) {
@@ -481,7 +482,9 @@ static void test_near_in_ram(void **state) {
     kvc_codecs_init();
     kvc_cache_shape shape = {.n_layers = 1, .n_heads = NH, .n_kv_heads = NKV, .head_dim = HD, .max_tokens = NTOK};
     kvc_cache *a, *b;
-    assert_int_equal(kvc_cache_create(&shape, "sentkv:usage=0.2", NULL, &a), KVC_OK);
+    kvc_pool *pool = NULL; /* a's split steps fill the buffer from 3 threads at once */
+    assert_int_equal(kvc_pool_create(3, &pool), KVC_OK);
+    assert_int_equal(kvc_cache_create(&shape, "sentkv:usage=0.2", pool, &a), KVC_OK);
     assert_int_equal(kvc_cache_create(&shape, "sentkv:usage=0.2,near=0", NULL, &b), KVC_OK);
     decode_pair(a, b, 11, 0);
     kvc_attend_times ta, tb;
@@ -499,6 +502,7 @@ static void test_near_in_ram(void **state) {
     assert_true(sa.in_use_bytes == sb.in_use_bytes);
     kvc_cache_free(a);
     kvc_cache_free(b);
+    kvc_pool_free(pool);
 }
 
 static void test_bad_specs(void **state) {
