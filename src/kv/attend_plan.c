@@ -251,43 +251,39 @@ static int add_selected(req_state *r, int ci, int grp, const unit_ref *sel, int 
     return add_ranges(r, ci, grp, *tmp, m, tile);
 }
 
+/* Whether the near buffer takes chunk ci's selected units (a selectable
+ * chunk the buffer can hold, outside any transform group). */
+static int near_takes(const kvc_stream *s, const int *chunk_group, int ci) {
+    const kvc_chunk *c = s->chunks[ci];
+    return c->sel.ops && !(c->flags & KVC_CHUNK_ALWAYS) && chunk_group[ci] < 0 && kvc_near_eligible(c, s->dim);
+}
+
 /* Whether this step attends the selected units of dense f16 chunks from the
  * stream's near buffer: the method asks for it, no attention weights are
- * reported per chunk range, and the eligible chunks come in position order
+ * reported per chunk range, and the chunks it takes come in position order
  * (the buffer knows units by position). */
 static int use_near(const kvc_attend_req *rq, const int *chunk_group) {
     const kvc_stream *s = rq->s;
     if (rq->plan.budget < 0 || !rq->plan.near || rq->want_attn) return 0;
     int64_t end = INT64_MIN;
     for (int ci = 0; ci < s->n_chunks; ci++) {
-        const kvc_chunk *c = s->chunks[ci];
-        if (!c->sel.ops || (c->flags & KVC_CHUNK_ALWAYS) || chunk_group[ci] >= 0 || !kvc_near_eligible(c, s->dim))
-            continue;
-        if (c->pos0 < end) return 0;
-        end = c->pos0 + c->n;
+        if (!near_takes(s, chunk_group, ci)) continue;
+        if (s->chunks[ci]->pos0 < end) return 0;
+        end = s->chunks[ci]->pos0 + s->chunks[ci]->n;
     }
     return 1;
 }
 
-/* The selected units of near-eligible chunks gathered into the stream's near
- * buffer and attended from there (as chunk KVC_NEAR_CI); the other units of
- * sel are left for add_selected. */
+/* The selected units of the chunks the near buffer takes, gathered into it
+ * and attended from there (as chunk KVC_NEAR_CI). */
 static kvc_status add_near(kvc_attend_req *rq, req_state *r, const unit_ref *sel, int n_sel,
-                           const int *chunk_group, unit_ref **rest, int *n_rest) {
+                           const int *chunk_group) {
     kvc_stream *s = rq->s;
     kvc_near_unit *nu = malloc((size_t)(n_sel ? n_sel : 1) * sizeof *nu);
-    unit_ref *other = malloc((size_t)(n_sel ? n_sel : 1) * sizeof *other);
-    if (!nu || !other) {
-        free(nu);
-        free(other);
-        return kvc_fail(KVC_ERR_NOMEM, "near buffer units (%d)", n_sel);
-    }
-    int n = 0, m = 0;
-    for (int i = 0; i < n_sel; i++) {
-        const kvc_chunk *c = s->chunks[sel[i].ci];
-        if (chunk_group[sel[i].ci] < 0 && kvc_near_eligible(c, s->dim)) nu[n++] = (kvc_near_unit){c, sel[i].r};
-        else other[m++] = sel[i];
-    }
+    if (!nu) return kvc_fail(KVC_ERR_NOMEM, "near buffer units (%d)", n_sel);
+    int n = 0;
+    for (int i = 0; i < n_sel; i++)
+        if (near_takes(s, chunk_group, sel[i].ci)) nu[n++] = (kvc_near_unit){s->chunks[sel[i].ci], sel[i].r};
     const kvc_range *ranges;
     int nr = 0;
     int64_t copied = 0;
@@ -296,13 +292,7 @@ static kvc_status add_near(kvc_attend_req *rq, req_state *r, const unit_ref *sel
     if (st == KVC_OK && nr > 0 && !add_ranges(r, KVC_NEAR_CI, -1, ranges, nr, TILE))
         st = kvc_fail(KVC_ERR_NOMEM, "work items");
     r->near_copied += copied;
-    if (st != KVC_OK) {
-        free(other);
-        return st;
-    }
-    *rest = other;
-    *n_rest = m;
-    return KVC_OK;
+    return st;
 }
 
 /* Planning, last round: the selection from the scores, then the work items. */
@@ -323,16 +313,8 @@ static kvc_status plan_finish(kvc_attend_req *rq, int idx, req_state *r, const k
         free(ci);
         free(ur);
     }
-    if (st == KVC_OK && use_near(rq, chunk_group)) { /* near units first; sel keeps the others */
-        unit_ref *rest = NULL;
-        int n_rest = 0;
-        st = add_near(rq, r, sel, n_sel, chunk_group, &rest, &n_rest);
-        if (st == KVC_OK) {
-            free(sel);
-            sel = rest;
-            n_sel = n_rest;
-        }
-    }
+    int near = st == KVC_OK && use_near(rq, chunk_group); /* its items first */
+    if (near) st = add_near(rq, r, sel, n_sel, chunk_group);
 
     /* work items, chunk order (transform groups stay contiguous), hot window last */
     int si = 0;
@@ -340,7 +322,7 @@ static kvc_status plan_finish(kvc_attend_req *rq, int idx, req_state *r, const k
     int tmp_cap = 0;
     for (int ci = 0; ci < s->n_chunks && st == KVC_OK; ci++) {
         const kvc_chunk *c = s->chunks[ci];
-        if (c->n == 0) continue;
+        if (c->n == 0 || (near && near_takes(s, chunk_group, ci))) continue; /* its units are in the buffer */
         int tile = tile_for(c);
         int selectable = rq->plan.budget >= 0 && c->sel.ops && !(c->flags & KVC_CHUNK_ALWAYS);
         kvc_range all = {0, c->n};

@@ -19,16 +19,34 @@ enum { NB = 64 };
  * SLACK_ROWS) before the buffer is rebuilt in order. */
 enum { END_FACTOR = 2, SLACK_ROWS = 256 };
 
+typedef struct hole {
+    int32_t off, len;
+} hole;
+
 typedef struct hole_list {
-    int32_t *off, *len;
+    hole *h;
     int n, cap;
 } hole_list;
 
+/* A unit held (or to be held): its first position, first row (-1: none
+ * yet) and length; `fresh` while its rows are still to be copied. A unit
+ * whose copy was not finished has a negative length (mark_stale). */
+typedef struct held_unit {
+    int64_t pos;
+    int32_t off, len;
+    unsigned char fresh;
+} held_unit;
+
 typedef struct unit_list {
-    int64_t *pos;
-    int32_t *off, *len;
+    held_unit *u;
     int n, cap;
 } unit_list;
+
+/* Per row: the length of the unit starting there (else 0), and 1 + the next
+ * list's index of the unit to copy there (else 0). */
+typedef struct row_mark {
+    int32_t len, copy;
+} row_mark;
 
 /* A copy the attention makes (kvc_near_fill): rows [dst, dst + len) from
  * rows [from, from + len) of src; `unit` is its index in the held list. */
@@ -41,9 +59,8 @@ struct kvc_near {
     int dim;
     kvc_chunk *ch;       /* the rows, K and V; ch->n: rows up to the end */
     unit_list held, next; /* the units held (by position), and the next step's being built */
-    int32_t *start;      /* [cap_start]: length of the unit starting at the row, else 0 */
-    int32_t *fresh_at;   /* [cap_start]: 1 + the next list's index of a unit to copy there, else 0 */
-    int cap_start;
+    row_mark *mark;      /* [cap_mark] */
+    int cap_mark;
     hole_list holes[NB];
     kvc_range *ranges;
     int cap_ranges;
@@ -63,23 +80,10 @@ static int grow_to(void **p, int *cap, int n, size_t es) {
     return 1;
 }
 
-static int unit_list_reserve(unit_list *l, int n) {
-    int c = l->cap, ok = grow_to((void **)&l->pos, &c, n, sizeof *l->pos);
-    c = l->cap, ok = ok && grow_to((void **)&l->off, &c, n, sizeof *l->off);
-    c = l->cap, ok = ok && grow_to((void **)&l->len, &c, n, sizeof *l->len);
-    if (ok) l->cap = c;
-    return ok;
-}
-
 static int push_hole(kvc_near *nb, int32_t off, int32_t len) {
     hole_list *h = &nb->holes[len < NB - 1 ? len : NB - 1];
-    int c = h->cap;
-    if (!grow_to((void **)&h->off, &c, h->n + 1, sizeof *h->off)) return 0;
-    c = h->cap;
-    if (!grow_to((void **)&h->len, &c, h->n + 1, sizeof *h->len)) return 0;
-    h->cap = c;
-    h->off[h->n] = off, h->len[h->n] = len;
-    h->n++;
+    if (!grow_to((void **)&h->h, &h->cap, h->n + 1, sizeof *h->h)) return 0;
+    h->h[h->n++] = (hole){off, len};
     return 1;
 }
 
@@ -89,10 +93,9 @@ static int32_t take_hole(kvc_near *nb, int32_t len) {
     for (int b = len < NB - 1 ? len : NB - 1; b < NB; b++) {
         hole_list *h = &nb->holes[b];
         for (int i = h->n - 1; i >= 0; i--) {
-            if (h->len[i] < len) continue; /* only the last bucket mixes lengths */
-            int32_t off = h->off[i], rest = h->len[i] - len;
-            h->off[i] = h->off[h->n - 1], h->len[i] = h->len[h->n - 1];
-            h->n--;
+            if (h->h[i].len < len) continue; /* only the last bucket mixes lengths */
+            int32_t off = h->h[i].off, rest = h->h[i].len - len;
+            h->h[i] = h->h[--h->n];
             if (rest > 0 && !push_hole(nb, off + len, rest)) {
                 push_hole(nb, off, len + rest); /* the slot it just left: room is there */
                 return -1;
@@ -108,9 +111,7 @@ static void clear_holes(kvc_near *nb) {
 }
 
 static void clear_row_marks(kvc_near *nb) {
-    if (!nb->cap_start) return;
-    memset(nb->start, 0, (size_t)nb->cap_start * sizeof *nb->start);
-    memset(nb->fresh_at, 0, (size_t)nb->cap_start * sizeof *nb->fresh_at);
+    if (nb->cap_mark) memset(nb->mark, 0, (size_t)nb->cap_mark * sizeof *nb->mark);
 }
 
 int kvc_near_eligible(const kvc_chunk *c, int dim) {
@@ -132,19 +133,14 @@ static kvc_status near_create(int dim, kvc_near **out) {
     return KVC_OK;
 }
 
-/* Sets the rows' end to `end` (growing the blobs and the per-row arrays). */
+/* Sets the rows' end to `end` (growing the blobs and the row marks). */
 static kvc_status set_end(kvc_near *nb, int end) {
-    void *rows;
-    KVC_TRY(kvc_dense_set_count(&nb->ch->kc, nb->ch->kb, end, &rows));
-    KVC_TRY(kvc_dense_set_count(&nb->ch->vc, nb->ch->vb, end, &rows));
-    int old = nb->cap_start, cap = old;
-    if (!grow_to((void **)&nb->start, &cap, end, sizeof *nb->start) ||
-        !grow_to((void **)&nb->fresh_at, &nb->cap_start, end, sizeof *nb->fresh_at))
+    KVC_TRY(kvc_dense_set_count(&nb->ch->kc, nb->ch->kb, end));
+    KVC_TRY(kvc_dense_set_count(&nb->ch->vc, nb->ch->vb, end));
+    int old = nb->cap_mark;
+    if (!grow_to((void **)&nb->mark, &nb->cap_mark, end, sizeof *nb->mark))
         return kvc_fail(KVC_ERR_NOMEM, "near buffer: %d rows", end);
-    if (nb->cap_start > old) {
-        memset(nb->start + old, 0, (size_t)(nb->cap_start - old) * sizeof *nb->start);
-        memset(nb->fresh_at + old, 0, (size_t)(nb->cap_start - old) * sizeof *nb->fresh_at);
-    }
+    memset(nb->mark + old, 0, (size_t)(nb->cap_mark - old) * sizeof *nb->mark);
     nb->ch->n = end;
     return KVC_OK;
 }
@@ -152,32 +148,32 @@ static kvc_status set_end(kvc_near *nb, int end) {
 /* Rows for every unit of `next` without one (off < 0): a hole, else the end.
  * Returns 0 when the end would pass `limit` (the caller rebuilds). */
 static kvc_status place_new(kvc_near *nb, int limit, int *fits) {
-    unit_list *l = &nb->next;
     *fits = 1;
-    for (int i = 0; i < l->n; i++) {
-        if (l->off[i] >= 0) continue;
-        int32_t off = take_hole(nb, l->len[i]);
+    for (int i = 0; i < nb->next.n; i++) {
+        held_unit *x = &nb->next.u[i];
+        if (x->off >= 0) continue;
+        int32_t off = take_hole(nb, x->len);
         if (off < 0) {
             off = nb->ch->n;
-            if (off + l->len[i] > limit) {
+            if (off + x->len > limit) {
                 *fits = 0;
                 return KVC_OK;
             }
-            KVC_TRY(set_end(nb, off + l->len[i]));
+            KVC_TRY(set_end(nb, off + x->len));
         }
-        l->off[i] = off;
-        nb->start[off] = l->len[i];
+        x->off = off;
+        nb->mark[off].len = x->len;
     }
     return KVC_OK;
 }
 
-/* The units of next placed in this call (fresh[]) are to be copied: marked
- * at their first row, for read_ranges to list in row order. */
-static void mark_copies(kvc_near *nb, const unsigned char *fresh, int64_t *copied) {
+/* The fresh units of next are to be copied: marked at their first row, for
+ * read_ranges to list in row order. */
+static void mark_copies(kvc_near *nb, int64_t *copied) {
     for (int i = 0; i < nb->next.n; i++)
-        if (fresh[i]) {
-            nb->fresh_at[nb->next.off[i]] = i + 1;
-            *copied += nb->next.len[i];
+        if (nb->next.u[i].fresh) {
+            nb->mark[nb->next.u[i].off].copy = i + 1;
+            *copied += nb->next.u[i].len;
         }
 }
 
@@ -187,13 +183,13 @@ static void mark_copies(kvc_near *nb, const unsigned char *fresh, int64_t *copie
 static void mark_stale(kvc_near *nb) {
     for (int k = 0; k < nb->n_cp; k++)
         if (atomic_load_explicit(&nb->cp_done[k], memory_order_relaxed) < nb->cp[k].len)
-            nb->held.len[nb->cp[k].unit] = -nb->cp[k].len;
+            nb->held.u[nb->cp[k].unit].len = -nb->cp[k].len;
     nb->n_cp = 0;
 }
 
 static int add_copy(kvc_near *nb, int32_t row, const kvc_near_unit *u) {
-    int i = nb->fresh_at[row] - 1;
-    nb->fresh_at[row] = 0;
+    int i = nb->mark[row].copy - 1;
+    nb->mark[row].copy = 0;
     int cap = nb->cap_cp;
     if (!grow_to((void **)&nb->cp, &cap, nb->n_cp + 1, sizeof *nb->cp)) return 0;
     if (cap > nb->cap_cp) {
@@ -202,7 +198,7 @@ static int add_copy(kvc_near *nb, int32_t row, const kvc_near_unit *u) {
         nb->cp_done = d;
         nb->cap_cp = cap;
     }
-    nb->cp[nb->n_cp] = (near_copy){row, nb->next.len[i], u[i].r.begin, i, u[i].c};
+    nb->cp[nb->n_cp] = (near_copy){row, nb->next.u[i].len, u[i].r.begin, i, u[i].c};
     atomic_init(&nb->cp_done[nb->n_cp], 0);
     nb->n_cp++;
     return 1;
@@ -210,48 +206,45 @@ static int add_copy(kvc_near *nb, int32_t row, const kvc_near_unit *u) {
 
 /* Unit j of the held list leaves: its rows become a hole (a stale unit's
  * length is negative, mark_stale). */
-static int release_held(kvc_near *nb, int j) {
-    const unit_list *h = &nb->held;
-    nb->start[h->off[j]] = 0;
-    return push_hole(nb, h->off[j], h->len[j] < 0 ? -h->len[j] : h->len[j]);
+static int release_held(kvc_near *nb, const held_unit *h) {
+    nb->mark[h->off].len = 0;
+    return push_hole(nb, h->off, h->len < 0 ? -h->len : h->len);
 }
 
-/* next := the units u, with the rows of those held already; the held units
- * not in u become holes. fresh[i]: unit i has no rows yet. */
-static int match_held(kvc_near *nb, const kvc_near_unit *u, int n, unsigned char *fresh) {
-    unit_list *h = &nb->held, *x = &nb->next;
-    x->n = 0;
+/* next := the units u, with the rows of those held already (the others
+ * fresh, without rows); the held units not in u become holes. */
+static int match_held(kvc_near *nb, const kvc_near_unit *u, int n) {
+    const unit_list *h = &nb->held;
     int j = 0;
     for (int i = 0; i < n; i++) {
         int64_t pos = u[i].c->pos0 + u[i].r.begin;
         int32_t len = u[i].r.end - u[i].r.begin;
-        for (; j < h->n && h->pos[j] < pos; j++) /* no longer selected */
-            if (!release_held(nb, j)) return 0;
-        int kept = j < h->n && h->pos[j] == pos && h->len[j] == len;
-        x->pos[i] = pos, x->len[i] = len, x->off[i] = kept ? h->off[j] : -1;
-        fresh[i] = !kept;
-        if (j < h->n && h->pos[j] == pos) {
-            if (!kept && !release_held(nb, j)) return 0;
+        for (; j < h->n && h->u[j].pos < pos; j++) /* no longer selected */
+            if (!release_held(nb, &h->u[j])) return 0;
+        int kept = j < h->n && h->u[j].pos == pos && h->u[j].len == len;
+        nb->next.u[i] = (held_unit){pos, kept ? h->u[j].off : -1, len, !kept};
+        if (j < h->n && h->u[j].pos == pos) {
+            if (!kept && !release_held(nb, &h->u[j])) return 0;
             j++;
         }
     }
     for (; j < h->n; j++)
-        if (!release_held(nb, j)) return 0;
-    x->n = n;
+        if (!release_held(nb, &h->u[j])) return 0;
+    nb->next.n = n;
     return 1;
 }
 
 /* Every unit of next placed afresh from row 0, in position order. */
-static kvc_status rebuild(kvc_near *nb, int need, unsigned char *fresh) {
+static kvc_status rebuild(kvc_near *nb, int need) {
     clear_holes(nb);
     clear_row_marks(nb);
     KVC_TRY(set_end(nb, need));
     int32_t off = 0;
     for (int i = 0; i < nb->next.n; i++) {
-        nb->next.off[i] = off;
-        nb->start[off] = nb->next.len[i];
-        fresh[i] = 1;
-        off += nb->next.len[i];
+        held_unit *x = &nb->next.u[i];
+        x->off = off, x->fresh = 1;
+        nb->mark[off].len = x->len;
+        off += x->len;
     }
     return KVC_OK;
 }
@@ -261,12 +254,12 @@ static kvc_status rebuild(kvc_near *nb, int need, unsigned char *fresh) {
 static kvc_status read_ranges(kvc_near *nb, const kvc_near_unit *u, int *n_ranges) {
     int m = 0;
     for (int32_t i = 0; i < nb->ch->n;) {
-        int32_t len = nb->start[i];
+        int32_t len = nb->mark[i].len;
         if (!len) {
             i++;
             continue;
         }
-        if (nb->fresh_at[i] && !add_copy(nb, i, u)) return kvc_fail(KVC_ERR_NOMEM, "near buffer copies");
+        if (nb->mark[i].copy && !add_copy(nb, i, u)) return kvc_fail(KVC_ERR_NOMEM, "near buffer copies");
         if (m > 0 && nb->ranges[m - 1].end == i) {
             nb->ranges[m - 1].end = i + len;
         } else {
@@ -296,21 +289,18 @@ kvc_status kvc_near_update(kvc_near **pnb, int dim, const kvc_near_unit *u, int 
     }
     KVC_CHECK(need <= INT32_MAX / END_FACTOR - SLACK_ROWS, KVC_ERR_RANGE, "near buffer: %lld tokens",
               (long long)need);
-    unsigned char *fresh = malloc((size_t)(n ? n : 1));
-    if (!fresh || !unit_list_reserve(&nb->next, n)) {
-        free(fresh);
+    if (!grow_to((void **)&nb->next.u, &nb->next.cap, n, sizeof *nb->next.u))
         return kvc_fail(KVC_ERR_NOMEM, "near buffer: %d units", n);
-    }
     kvc_status st = KVC_OK;
     int fits = 1;
     mark_stale(nb);
-    if (!match_held(nb, u, n, fresh)) st = kvc_fail(KVC_ERR_NOMEM, "near buffer holes");
+    if (!match_held(nb, u, n)) st = kvc_fail(KVC_ERR_NOMEM, "near buffer holes");
     int limit = (int)need * END_FACTOR + SLACK_ROWS;
     if (st == KVC_OK) st = place_new(nb, limit, &fits);
     if (st == KVC_OK && (!fits || nb->ch->n > limit)) /* or the selection shrank */
-        st = rebuild(nb, (int)need, fresh);
+        st = rebuild(nb, (int)need);
     if (st == KVC_OK) {
-        mark_copies(nb, fresh, copied);
+        mark_copies(nb, copied);
         st = read_ranges(nb, u, n_ranges);
         unit_list t = nb->held;
         nb->held = nb->next, nb->next = t;
@@ -324,7 +314,6 @@ kvc_status kvc_near_update(kvc_near **pnb, int dim, const kvc_near_unit *u, int 
         *n_ranges = 0;
         *copied = 0;
     }
-    free(fresh);
     *ranges = nb->ranges;
     return st;
 }
@@ -340,15 +329,26 @@ static int first_copy_after(const kvc_near *nb, int32_t row) {
     return lo;
 }
 
+/* The part of copy c inside rows r: destination rows [*b, *e), and its
+ * source rows' K and V. */
+static void clip_copy(const kvc_near *nb, const near_copy *c, kvc_range r, int32_t *b, int32_t *e,
+                      const char **ks, const char **vs) {
+    *b = c->dst > r.begin ? c->dst : r.begin;
+    *e = c->dst + c->len < r.end ? c->dst + c->len : r.end;
+    size_t from = (size_t)(c->from + *b - c->dst) * (size_t)nb->dim * 2;
+    *ks = (const char *)kvc_dense_rows(c->src->kb) + from;
+    *vs = (const char *)kvc_dense_rows(c->src->vb) + from;
+}
+
 void kvc_near_fill(kvc_near *nb, kvc_range r) {
     size_t row = (size_t)nb->dim * 2;
     char *kd = (char *)kvc_dense_rows(nb->ch->kb), *vd = (char *)kvc_dense_rows(nb->ch->vb);
     for (int k = first_copy_after(nb, r.begin); k < nb->n_cp && nb->cp[k].dst < r.end; k++) {
-        const near_copy *c = &nb->cp[k];
-        int32_t b = c->dst > r.begin ? c->dst : r.begin, e = c->dst + c->len < r.end ? c->dst + c->len : r.end;
-        size_t from = (size_t)(c->from + b - c->dst) * row, bytes = (size_t)(e - b) * row;
-        memcpy(kd + (size_t)b * row, (const char *)kvc_dense_rows(c->src->kb) + from, bytes);
-        memcpy(vd + (size_t)b * row, (const char *)kvc_dense_rows(c->src->vb) + from, bytes);
+        int32_t b, e;
+        const char *ks, *vs;
+        clip_copy(nb, &nb->cp[k], r, &b, &e, &ks, &vs);
+        memcpy(kd + (size_t)b * row, ks, (size_t)(e - b) * row);
+        memcpy(vd + (size_t)b * row, vs, (size_t)(e - b) * row);
         atomic_fetch_add_explicit(&nb->cp_done[k], e - b, memory_order_relaxed);
     }
 }
@@ -356,12 +356,10 @@ void kvc_near_fill(kvc_near *nb, kvc_range r) {
 void kvc_near_prefetch(const kvc_near *nb, kvc_range r) {
     size_t row = (size_t)nb->dim * 2;
     for (int k = first_copy_after(nb, r.begin); k < nb->n_cp && nb->cp[k].dst < r.end; k++) {
-        const near_copy *c = &nb->cp[k];
-        int32_t b = c->dst > r.begin ? c->dst : r.begin, e = c->dst + c->len < r.end ? c->dst + c->len : r.end;
-        size_t from = (size_t)(c->from + b - c->dst) * row, bytes = (size_t)(e - b) * row;
-        const char *ks = (const char *)kvc_dense_rows(c->src->kb) + from,
-                   *vs = (const char *)kvc_dense_rows(c->src->vb) + from;
-        for (size_t x = 0; x < bytes; x += 64) __builtin_prefetch(ks + x, 0, 0), __builtin_prefetch(vs + x, 0, 0);
+        int32_t b, e;
+        const char *ks, *vs;
+        clip_copy(nb, &nb->cp[k], r, &b, &e, &ks, &vs);
+        for (size_t x = 0; x < (size_t)(e - b) * row; x += 64) __builtin_prefetch(ks + x, 0, 0), __builtin_prefetch(vs + x, 0, 0);
     }
 }
 
@@ -371,23 +369,23 @@ uint64_t kvc_near_bytes(const kvc_near *nb) {
     if (!nb) return 0;
     uint64_t p = 0, m = 0, x = 0;
     kvc_chunk_bytes(nb->ch, &p, &m, &x);
-    uint64_t b = sizeof *nb + p + m + x + (uint64_t)nb->cap_start * 8 + (uint64_t)nb->cap_ranges * sizeof(kvc_range) +
+    uint64_t b = sizeof *nb + p + m + x + (uint64_t)nb->cap_mark * sizeof(row_mark) +
+                 (uint64_t)nb->cap_ranges * sizeof(kvc_range) +
                  (uint64_t)nb->cap_cp * (sizeof(near_copy) + sizeof(atomic_int)) +
-                 (uint64_t)(nb->held.cap + nb->next.cap) * 16;
-    for (int i = 0; i < NB; i++) b += (uint64_t)nb->holes[i].cap * 8;
+                 (uint64_t)(nb->held.cap + nb->next.cap) * sizeof(held_unit);
+    for (int i = 0; i < NB; i++) b += (uint64_t)nb->holes[i].cap * sizeof(hole);
     return b;
 }
 
 void kvc_near_free(kvc_near *nb) {
     if (!nb) return;
     kvc_chunk_free(nb->ch);
-    free(nb->held.pos), free(nb->held.off), free(nb->held.len);
-    free(nb->next.pos), free(nb->next.off), free(nb->next.len);
-    free(nb->start);
-    free(nb->fresh_at);
+    free(nb->held.u);
+    free(nb->next.u);
+    free(nb->mark);
     free(nb->cp);
     free(nb->cp_done);
-    for (int i = 0; i < NB; i++) free(nb->holes[i].off), free(nb->holes[i].len);
+    for (int i = 0; i < NB; i++) free(nb->holes[i].h);
     free(nb->ranges);
     free(nb);
 }

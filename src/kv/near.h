@@ -14,14 +14,15 @@
  * its rows, so the rows are read from the CPU's cache right after they are
  * written, and the copies are spread over the threads with the attention
  * instead of waiting in the planning of one KV head after another; a copy
- * the attention did not finish (it failed) is made again next time. When the end would pass
- * twice the rows the selection needs (it grew, or shrank), the buffer is
- * rebuilt in position order. Consecutive decode steps select mostly the
- * same sentences (a reuse rate of 80-87% on real text), so a step copies a
- * fifth of its selection or less. Units are known by their first token's position, which the
- * stream never gives to another token while its chunks are only appended
- * to; kvc_stream_replace, kvc_stream_clear and a stream reset drop the
- * buffer (kvc_near_free). Owned by the decode driver (kv/attend_plan.c). */
+ * the attention did not finish (it failed) is made again next time. When
+ * the end would pass twice the rows the selection needs (it grew, or
+ * shrank), the buffer is rebuilt in position order. Consecutive decode
+ * steps select mostly the same sentences (a reuse rate of 80-87% on real
+ * text), so a step copies a fifth of its selection or less. Units are known
+ * by their first token's position, which the stream never gives to another
+ * token while its chunks are only appended to; kvc_stream_replace,
+ * kvc_stream_clear and a stream reset drop the buffer (kvc_near_free).
+ * Owned by the decode driver (kv/attend_plan.c). */
 #ifndef KVC_KV_NEAR_H
 #define KVC_KV_NEAR_H
 

@@ -150,12 +150,11 @@ static kvc_status reserve(const kvc_codec *c, dense_blob *b, int need) {
     return resize(c, b, cap > INT32_MAX ? need : (int)cap);
 }
 
-kvc_status kvc_dense_set_count(const kvc_codec *c, void *blob, int n, void **rows) {
+kvc_status kvc_dense_set_count(const kvc_codec *c, void *blob, int n) {
     dense_blob *b = blob;
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "dense %s blob: %d rows", c->ops->name, n);
     KVC_TRY(reserve(c, b, n));
     b->n = n;
-    *rows = b->rows;
     return KVC_OK;
 }
 

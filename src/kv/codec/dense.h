@@ -49,9 +49,9 @@ const void *kvc_dense_rows(const void *blob);
 /* Keeps only the first n rows (n <= count). */
 void kvc_dense_truncate(void *blob, int n);
 /* Makes the blob hold n rows (n >= 0; rows past the old count are
- * uninitialised) and gives its rows for writing in *rows (the near buffer,
- * kv/near.c, copies rows into place). */
-kvc_status kvc_dense_set_count(const kvc_codec *c, void *blob, int n, void **rows);
+ * uninitialised until written: the near buffer, kv/near.c, copies rows
+ * into place through kvc_dense_rows). */
+kvc_status kvc_dense_set_count(const kvc_codec *c, void *blob, int n);
 /* Frees spare capacity (a chunk that will not grow any more). */
 void kvc_dense_trim(const kvc_codec *c, void *blob);
 
