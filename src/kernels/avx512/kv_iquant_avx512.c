@@ -6,9 +6,10 @@
  * sum_c q_c m_c of all heads in one pass; then per two
  * blocks of 16 tokens, one load per key word (16 tokens x cpw channels),
  * `8/bits` shift-and-mask steps that leave four channels of one token in each
- * 32-bit lane, and two vpdpbusd (high and low query half) per step, block and
- * head against the four query bytes broadcast: the 16 lanes are the 16
- * tokens' scores, no horizontal sums. Up to 4 heads share one pass.
+ * 32-bit lane, and two vpdpbusd (high and low query half; one for 1- and
+ * 2-bit keys, whose query is one byte) per step, block and head against the
+ * four query bytes broadcast: the 16 lanes are the 16 tokens' scores, no
+ * horizontal sums. Up to 4 heads share one pass.
  *
  * pv: per 32-token block, head and channel group, the weights p_t s_tg become
  * u8 (beta per block) and sum_t p_t m_tg accumulates in a vector; then per 16
@@ -62,7 +63,7 @@ static const int8_t idx_hi[64] = {
  * zero bytes (the 1-bit words read up to 32 channels past a multiple of 16).
  * ok = 0 (q or the scales unusable) gives a zero query, as the reference. */
 static inline void query_tile(const float *xq, const __m512 *scn, int nv, int ok, __m512i ilo, __m512i ihi,
-                              int8_t *hi, int8_t *lo) {
+                              int wide, int8_t *hi, int8_t *lo) {
     const __m512i h128 = _mm512_set1_epi16(128);
     for (int u = 0; u < nv; u += 4) {
         __m512i v[4];
@@ -72,7 +73,8 @@ static inline void query_tile(const float *xq, const __m512 *scn, int nv, int ok
                                     : _mm512_setzero_si512();
         __m512i a = _mm512_packs_epi32(v[0], v[1]), b = _mm512_packs_epi32(v[2], v[3]);
         _mm512_storeu_si512(lo + 16 * u, _mm512_permutex2var_epi8(a, ilo, b));
-        _mm512_storeu_si512(hi + 16 * u, _mm512_permutex2var_epi8(_mm512_add_epi16(a, h128), ihi,
+        if (wide) /* the narrow query's hi bytes are 0 and not read */
+            _mm512_storeu_si512(hi + 16 * u, _mm512_permutex2var_epi8(_mm512_add_epi16(a, h128), ihi,
                                                                    _mm512_add_epi16(b, h128)));
     }
 }
@@ -89,12 +91,15 @@ static inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
 }
 
-/* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves NB blocks. */
+/* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves
+ * NB blocks. WIDE: the 15-bit query (hi and lo halves, two vpdpbusd per code
+ * vector and head); otherwise the one-byte query of 1- and 2-bit keys (hi =
+ * 0, lo = Q: one vpdpbusd). */
 static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
                                                             const float *alpha, const float *cterm,
                                                             int b, int j0, int j1, float *s, int lds,
                                                             const int BITS, const int NH, const int NB) {
-    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim);
+    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), WIDE = kvc_iq_query_max(BITS) == KVC_IQ_QMAX_WIDE;
     const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
     __m512i ah[2][4], al[2][4];
     #pragma GCC unroll 2
@@ -117,11 +122,13 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
             for (int i = 0; i < NB; i++) c[i] = _mm512_and_si512(_mm512_srli_epi32(x[i], BITS * k), mask);
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
-                __m512i bh = _mm512_set1_epi32(qh[h][w * nk + k]), bl = _mm512_set1_epi32(ql[h][w * nk + k]);
+                __m512i bl = _mm512_set1_epi32(ql[h][w * nk + k]);
                 #pragma GCC unroll 2
-                for (int i = 0; i < NB; i++) {
-                    ah[i][h] = _mm512_dpbusd_epi32(ah[i][h], c[i], bh);
-                    al[i][h] = _mm512_dpbusd_epi32(al[i][h], c[i], bl);
+                for (int i = 0; i < NB; i++) al[i][h] = _mm512_dpbusd_epi32(al[i][h], c[i], bl);
+                if (WIDE) {
+                    __m512i bh = _mm512_set1_epi32(qh[h][w * nk + k]);
+                    #pragma GCC unroll 2
+                    for (int i = 0; i < NB; i++) ah[i][h] = _mm512_dpbusd_epi32(ah[i][h], c[i], bh);
                 }
             }
         }
@@ -132,7 +139,7 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
         __mmask16 m = kvc_lanes16_avx512(first, j0, j1);
         #pragma GCC unroll 4
         for (int h = 0; h < NH; h++) {
-            __m512i dot = _mm512_add_epi32(_mm512_slli_epi32(ah[i][h], 8), al[i][h]);
+            __m512i dot = WIDE ? _mm512_add_epi32(_mm512_slli_epi32(ah[i][h], 8), al[i][h]) : al[i][h];
             __m512 f = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(alpha[h]),
                                        _mm512_set1_ps(cterm[h]));
             /* lane l is token first + l, column first + l - j0 of s */
@@ -209,7 +216,8 @@ static void fold_tile(const kvc_iq_ktile *t, const float *q, int ldq, const floa
     for (int h = 0; h < nh; h++) {
         int ok = sok && qok[h];
         f->alpha[h] = ok ? qa[h] * smax : 0.0f;
-        query_tile(xq[h], sc, nv, ok, ilo, ihi, (int8_t *)f->qh[h], (int8_t *)f->ql[h]);
+        query_tile(xq[h], sc, nv, ok, ilo, ihi, kvc_iq_query_max(t->bits) == KVC_IQ_QMAX_WIDE, (int8_t *)f->qh[h],
+                   (int8_t *)f->ql[h]);
     }
 }
 
@@ -221,7 +229,7 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
                       float *s, int lds) {
     const int dim = tiles[0].dim, nv = dim / 16, group = tiles[0].n;
     /* the narrow query of 1- and 2-bit tiles (kvc_iq_query_max) makes every
-     * hi byte 0 and lo = Q; this kernel still takes both dot products */
+     * hi byte 0 and lo = Q: one dot product per code vector (qk_blocks) */
     const float qlim = (float)kvc_iq_query_max(tiles[0].bits);
     qk_fold fold[2];
     float xq[4][KVC_IQ_MAX_DIM];
