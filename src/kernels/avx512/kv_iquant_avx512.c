@@ -286,7 +286,7 @@ static inline int max16_lane(int k) { return 4 * (k % 4) + k / 4; }
  * in one vector, lane max16_lane(k) for x[k], 0 in the other lanes: a tree of
  * 128-bit shuffles, in-lane unpacks and maxima, about 3 operations per
  * vector where one _mm512_reduce_max_ps each takes about eight. */
-static inline __m512 max16(const __m512 *x, int n) {
+static inline __attribute__((always_inline)) __m512 max16(const __m512 *x, const int n) {
     const __m512 z = _mm512_setzero_ps();
     __m512 t[8], u[4], w[2] = {z, z}; /* n >= 1 sets w[0]; GCC cannot tell at -O1 */
     for (int i = 0; 2 * i < n; i++) { /* t[i]: x[2i] in 128-bit blocks 0-1, x[2i+1] in 2-3 */
@@ -305,13 +305,58 @@ static inline __m512 max16(const __m512 *x, int n) {
     return _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
 }
 
+/* The weights of NK <= 16 (head, group) pairs from pair k0 on (pair k = h *
+ * ng + g): the products p_t s_tg, their running min terms, the maxima of all
+ * NK pairs in one reduction tree and one vector division for the 255 / max
+ * (the same IEEE quotients as the reference), and the u8 rounding of two
+ * pairs at a time with saturating packs (exact: the rounded products lie in
+ * 0..255) and one vpermd. NK is a constant of each instantiation, so the
+ * products, the tree and the quotients stay in registers (with a run-time
+ * count gcc kept all three in stack arrays: a store-to-load chain per tree
+ * level, a third of kivi:bits=2's step in perf on a Zen 4). */
+static inline __attribute__((always_inline)) void weights_pairs(const __m512 *p0, const __m512 *p1,
+                                                                const __m512 (*sv)[2], const __m512 (*nv)[2],
+                                                                int k0, int ng, pv_state *st, __m512 *mt,
+                                                                const int NK) {
+    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    __m512 w[16][2], wm[16];
+    int h = k0 / ng, g = k0 % ng; /* pair k0 + k is (h, g); stepped, not divided */
+    #pragma GCC unroll 16
+    for (int k = 0; k < NK; k++) {
+        mt[k0 + k] = _mm512_fmadd_ps(p0[h], nv[g][0], _mm512_fmadd_ps(p1[h], nv[g][1], mt[k0 + k]));
+        w[k][0] = _mm512_mul_ps(p0[h], sv[g][0]);
+        w[k][1] = _mm512_mul_ps(p1[h], sv[g][1]);
+        wm[k] = _mm512_max_ps(w[k][0], w[k][1]);
+        if (++g == ng) g = 0, h++;
+    }
+    __m512 wmax = max16(wm, NK); /* lanes of no pair: 0 */
+    /* usable maxima: > 0 and finite (NaN compares false) */
+    __mmask16 ok = _mm512_cmp_ps_mask(wmax, _mm512_setzero_ps(), _CMP_GT_OQ) &
+                   _mm512_cmp_ps_mask(wmax, _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
+    __m512 inv = _mm512_maskz_div_ps(ok, _mm512_set1_ps(255.0f), wmax);
+    float beta[16];
+    _mm512_storeu_ps(beta, _mm512_maskz_mul_ps(ok, wmax, _mm512_set1_ps(1.0f / 255.0f)));
+    #pragma GCC unroll 8
+    for (int k = 0; k < NK; k += 2) { /* 0 for an unusable block: zero weights */
+        __m512 i0 = _mm512_permutexvar_ps(_mm512_set1_epi32(max16_lane(k)), inv);
+        __m512i a = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][0], i0)),
+                                       _mm512_cvtps_epi32(_mm512_mul_ps(w[k][1], i0)));
+        __m512i b = _mm512_setzero_si512();
+        if (k + 1 < NK) {
+            __m512 i1 = _mm512_permutexvar_ps(_mm512_set1_epi32(max16_lane(k + 1)), inv);
+            b = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k + 1][0], i1)),
+                                   _mm512_cvtps_epi32(_mm512_mul_ps(w[k + 1][1], i1)));
+        }
+        /* dword 4L + j: tokens 4L.. of vector j (pair k's two, then pair k + 1's) */
+        _mm512_storeu_si512(st->wq[k0 + k], _mm512_permutexvar_epi32(tr, _mm512_packus_epi16(a, b)));
+        st->beta[k0 + k] = beta[max16_lane(k)];
+        st->beta[k0 + k + 1] = k + 1 < NK ? beta[max16_lane(k + 1)] : 0.0f;
+    }
+}
+
 /* u8 weights of one 32-token block for heads [0, nh) and every channel group:
  * the f16 parameters of the block converted once per group, each head's
- * probabilities loaded once, the products p_t s_tg of every (head, group)
- * pair, their maxima for up to 16 pairs in one reduction tree and one vector
- * division for the 255 / max (the same IEEE quotients as the reference), and
- * the u8 rounding of two pairs at a time with saturating packs (exact: the
- * rounded products lie in 0..255) and one vpermd. */
+ * probabilities loaded once, then the pairs 16 at a time (weights_pairs). */
 static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, int blk, int j0,
                        int j1, int ng, pv_state *st, __m512 *mt) {
     __mmask16 m0 = kvc_lanes16_avx512(blk, j0, j1), m1 = kvc_lanes16_avx512(blk + 16, j0, j1);
@@ -332,40 +377,28 @@ static void pv_weights(const kvc_iq_vblob *v, const float *p, int ldp, int nh, i
         const float *ph = p + (size_t)h * ldp + blk - j0; /* lane l: token blk + l */
         p0[h] = _mm512_maskz_loadu_ps(m0, ph), p1[h] = _mm512_maskz_loadu_ps(m1, ph + 16);
     }
-    const __m512i tr = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     const int npair = nh * ng;
     for (int k0 = 0; k0 < npair; k0 += 16) {
-        int nk = npair - k0 < 16 ? npair - k0 : 16;
-        __m512 w[16][2], wm[16];
-        int h = k0 / ng, g = k0 % ng; /* pair k0 + k is (h, g); stepped, not divided */
-        for (int k = 0; k < nk; k++, g = g + 1 == ng ? (h++, 0) : g + 1) {
-            mt[k0 + k] = _mm512_fmadd_ps(p0[h], nv[g][0], _mm512_fmadd_ps(p1[h], nv[g][1], mt[k0 + k]));
-            w[k][0] = _mm512_mul_ps(p0[h], sv[g][0]);
-            w[k][1] = _mm512_mul_ps(p1[h], sv[g][1]);
-            wm[k] = _mm512_max_ps(w[k][0], w[k][1]);
+#define PAIRS(NK) weights_pairs(p0, p1, (const __m512(*)[2])sv, (const __m512(*)[2])nv, k0, ng, st, mt, NK)
+        switch (npair - k0 < 16 ? npair - k0 : 16) {
+        case 1: PAIRS(1); break;
+        case 2: PAIRS(2); break;
+        case 3: PAIRS(3); break;
+        case 4: PAIRS(4); break;
+        case 5: PAIRS(5); break;
+        case 6: PAIRS(6); break;
+        case 7: PAIRS(7); break;
+        case 8: PAIRS(8); break;
+        case 9: PAIRS(9); break;
+        case 10: PAIRS(10); break;
+        case 11: PAIRS(11); break;
+        case 12: PAIRS(12); break;
+        case 13: PAIRS(13); break;
+        case 14: PAIRS(14); break;
+        case 15: PAIRS(15); break;
+        default: PAIRS(16); break;
         }
-        __m512 wmax = max16(wm, nk); /* lanes of no pair: 0 */
-        /* usable maxima: > 0 and finite (NaN compares false) */
-        __mmask16 ok = _mm512_cmp_ps_mask(wmax, _mm512_setzero_ps(), _CMP_GT_OQ) &
-                       _mm512_cmp_ps_mask(wmax, _mm512_set1_ps(INFINITY), _CMP_LT_OQ);
-        float inv[16], beta[16];
-        _mm512_storeu_ps(inv, _mm512_maskz_div_ps(ok, _mm512_set1_ps(255.0f), wmax));
-        _mm512_storeu_ps(beta, _mm512_maskz_mul_ps(ok, wmax, _mm512_set1_ps(1.0f / 255.0f)));
-        for (int k = 0; k < nk; k += 2) { /* 0 for an unusable block: zero weights */
-            __m512 i0 = _mm512_set1_ps(inv[max16_lane(k)]);
-            __m512i a = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k][0], i0)),
-                                           _mm512_cvtps_epi32(_mm512_mul_ps(w[k][1], i0)));
-            __m512i b = _mm512_setzero_si512();
-            if (k + 1 < nk) {
-                __m512 i1 = _mm512_set1_ps(inv[max16_lane(k + 1)]);
-                b = _mm512_packs_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(w[k + 1][0], i1)),
-                                       _mm512_cvtps_epi32(_mm512_mul_ps(w[k + 1][1], i1)));
-            }
-            /* dword 4L + j: tokens 4L.. of vector j (pair k's two, then pair k + 1's) */
-            _mm512_storeu_si512(st->wq[k0 + k], _mm512_permutexvar_epi32(tr, _mm512_packus_epi16(a, b)));
-            st->beta[k0 + k] = beta[max16_lane(k)];
-            st->beta[k0 + k + 1] = k + 1 < nk ? beta[max16_lane(k + 1)] : 0.0f;
-        }
+#undef PAIRS
     }
 }
 
