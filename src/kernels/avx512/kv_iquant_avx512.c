@@ -255,6 +255,12 @@ static void qk_avx512(const kvc_iq_ktile *tiles, int nt, const float *q, int ldq
         for (int i = first; i <= last; i++) {
             const kvc_iq_ktile *t = &tiles[i];
             int tb = i * group, a = j0 > tb ? j0 : tb, e = j1 < tb + t->n ? j1 : tb + t->n;
+            /* the parameters of the tile after next: the codes' prefetch
+             * (PF bytes ahead) reaches them only about one tile before
+             * fold_tile reads them, and perf put most of the fold's samples
+             * on that first load (4-bit keys: -5% of the step on a Zen 4) */
+            if (i + 2 <= last)
+                for (int o = 0; o < dim * 4; o += 64) _mm_prefetch((const char *)tiles[i + 2].mins + o, _MM_HINT_T0);
             if (i < last)
                 fold_tile(&tiles[i + 1], qg, ldq, (const float(*)[KVC_IQ_MAX_DIM])xq, qa, qok, nh, ilo, ihi,
                           &fold[(i + 1) & 1]);
