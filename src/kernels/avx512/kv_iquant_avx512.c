@@ -91,23 +91,26 @@ static inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
 }
 
-/* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves
- * NB blocks. WIDE: the 15-bit query (hi and lo halves, two vpdpbusd per code
- * vector and head); otherwise the one-byte query of 1- and 2-bit keys (hi =
- * 0, lo = Q: one vpdpbusd). */
-static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
-                                                            const float *alpha, const float *cterm,
-                                                            int b, int j0, int j1, float *s, int lds,
-                                                            const int BITS, const int NH, const int NB) {
-    const int nk = 8 / BITS, kw = kvc_iq_kwords(BITS, t->dim), WIDE = kvc_iq_query_max(BITS) == KVC_IQ_QMAX_WIDE;
-    const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
-    __m512i ah[2][4], al[2][4];
-    #pragma GCC unroll 2
-    for (int i = 0; i < NB; i++)
-        #pragma GCC unroll 4
-        for (int h = 0; h < NH; h++) ah[i][h] = al[i][h] = _mm512_setzero_si512();
-    const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK;
-    for (int w = 0; w < kw; w++) {
+/* Code vectors of PB bits from x (fields k of each byte), shifted left by SH
+ * (2: the high plane of 3-bit codes, weighted 4 inside the u8 operand, so
+ * that both planes share one accumulator). */
+static inline __attribute__((always_inline)) __m512i code_field(__m512i x, int k, const int PB, const int SH) {
+    const __m512i mask = _mm512_set1_epi8((char)(((1 << PB) - 1) << SH));
+    const int r = PB * k - SH;
+    return _mm512_and_si512(r >= 0 ? _mm512_srli_epi32(x, r) : _mm512_slli_epi32(x, -r), mask);
+}
+
+/* The dot products of key words [w0, w1) of NB blocks (kw words a token),
+ * one plane of PB-bit codes shifted by SH: word w's field k is the query's
+ * four bytes (w - w0) * 8 / PB + k. WIDE: the 15-bit query (hi and lo
+ * halves, two vpdpbusd per code vector and head); otherwise the one-byte
+ * query of 1- and 2-bit keys (hi = 0, lo = Q: one vpdpbusd). */
+static inline __attribute__((always_inline)) void qk_plane(const uint32_t *cw, int kw, int w0, int w1,
+                                                           const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
+                                                           __m512i (*ah)[4], __m512i (*al)[4], const int PB,
+                                                           const int SH, const int WIDE, const int NH, const int NB) {
+    const int nk = 8 / PB;
+    for (int w = w0; w < w1; w++) {
         __m512i x[2];
         #pragma GCC unroll 2
         for (int i = 0; i < NB; i++) {
@@ -119,19 +122,43 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
         for (int k = 0; k < nk; k++) {
             __m512i c[2];
             #pragma GCC unroll 2
-            for (int i = 0; i < NB; i++) c[i] = _mm512_and_si512(_mm512_srli_epi32(x[i], BITS * k), mask);
+            for (int i = 0; i < NB; i++) c[i] = code_field(x[i], k, PB, SH);
+            const int j = (w - w0) * nk + k;
             #pragma GCC unroll 4
             for (int h = 0; h < NH; h++) {
-                __m512i bl = _mm512_set1_epi32(ql[h][w * nk + k]);
+                __m512i bl = _mm512_set1_epi32(ql[h][j]);
                 #pragma GCC unroll 2
                 for (int i = 0; i < NB; i++) al[i][h] = _mm512_dpbusd_epi32(al[i][h], c[i], bl);
                 if (WIDE) {
-                    __m512i bh = _mm512_set1_epi32(qh[h][w * nk + k]);
+                    __m512i bh = _mm512_set1_epi32(qh[h][j]);
                     #pragma GCC unroll 2
                     for (int i = 0; i < NB; i++) ah[i][h] = _mm512_dpbusd_epi32(ah[i][h], c[i], bh);
                 }
             }
         }
+    }
+}
+
+/* NB (1 or 2) blocks of 16 tokens from block b: each query broadcast serves
+ * NB blocks. 3-bit keys: the 2-bit plane's words, then the 1-bit plane's
+ * (iquant.h) with its codes weighted 4. */
+static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const int32_t (*ql)[QMAX / 4],
+                                                            const float *alpha, const float *cterm,
+                                                            int b, int j0, int j1, float *s, int lds,
+                                                            const int BITS, const int NH, const int NB) {
+    const int kw = kvc_iq_kwords(BITS, t->dim), WIDE = kvc_iq_query_max(BITS) == KVC_IQ_QMAX_WIDE;
+    __m512i ah[2][4], al[2][4];
+    #pragma GCC unroll 2
+    for (int i = 0; i < NB; i++)
+        #pragma GCC unroll 4
+        for (int h = 0; h < NH; h++) ah[i][h] = al[i][h] = _mm512_setzero_si512();
+    const uint32_t *cw = t->codes + (size_t)b * kw * KVC_IQ_KBLOCK;
+    if (BITS == 3) {
+        const int kw2 = kvc_iq_plane_kwords(2, t->dim);
+        qk_plane(cw, kw, 0, kw2, qh, ql, ah, al, 2, 0, WIDE, NH, NB);
+        qk_plane(cw, kw, kw2, kw, qh, ql, ah, al, 1, 2, WIDE, NH, NB);
+    } else {
+        qk_plane(cw, kw, 0, kw, qh, ql, ah, al, BITS, 0, WIDE, NH, NB);
     }
     #pragma GCC unroll 2
     for (int i = 0; i < NB; i++) {
@@ -169,6 +196,7 @@ static void qk_heads(const kvc_iq_ktile *t, const int32_t (*qh)[QMAX / 4], const
     switch (t->bits) {
     case 1: QK_NH(1); break;
     case 2: QK_NH(2); break;
+    case 3: QK_NH(3); break;
     default: QK_NH(4); break;
     }
 #undef QK_NH
@@ -412,9 +440,9 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
                                                            int blk, float *o, int ldo, const int BITS,
                                                            const int NH) {
     const int ng = st->ng;
-    const int nk = 8 / BITS, tpw = 32 / BITS;
-    const __m512i mask = _mm512_set1_epi8((char)((1 << BITS) - 1));
-    const uint32_t *codes = v->codes + (size_t)(blk / tpw) * v->dim;
+    /* a block's BITS rows of words; 3 bits: two 2-bit rows, then the 1-bit
+     * row, its codes weighted 4 (iquant.h) */
+    const uint32_t *codes = v->codes + (size_t)(blk / KVC_IQ_VBLOCK) * BITS * v->dim;
     /* group by group (a group is a multiple of 16 channels): no division
      * per 16 channels (objdump showed one per step of this loop) */
     for (int c = 0, g = 0; c < v->dim; g++) {
@@ -424,16 +452,18 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
             #pragma GCC unroll 8
             for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_si512();
             #pragma GCC unroll 4
-            for (int wb = 0; wb < BITS; wb++) { /* 32 / tpw word blocks per 32 tokens */
+            for (int wb = 0; wb < BITS; wb++) {
+                const int hi = BITS == 3 && wb == 2, PB = BITS == 3 ? (hi ? 1 : 2) : BITS, nk = 8 / PB,
+                          wbase = hi ? 0 : wb * nk; /* the first weight word of this row's tokens */
                 const uint32_t *src = codes + (size_t)wb * v->dim + c;
                 _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
                 __m512i x = _mm512_load_si512(src);
                 #pragma GCC unroll 8
                 for (int k = 0; k < nk; k++) {
-                    __m512i cd = _mm512_and_si512(_mm512_srli_epi32(x, BITS * k), mask);
+                    __m512i cd = code_field(x, k, PB, hi ? 2 : 0);
                     #pragma GCC unroll 8
                     for (int h = 0; h < NH; h++)
-                        acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h * ng + g][wb * nk + k]), cd);
+                        acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h * ng + g][wbase + k]), cd);
                 }
             }
             #pragma GCC unroll 8
@@ -444,7 +474,6 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
             }
         }
     }
-    (void)tpw;
 }
 
 static void pv_heads(const kvc_iq_vblob *v, const pv_state *st, int blk, float *o, int ldo, int nh) {
@@ -459,6 +488,7 @@ static void pv_heads(const kvc_iq_vblob *v, const pv_state *st, int blk, float *
     switch (v->bits) {
     case 1: PV_NH_CASES(1); break;
     case 2: PV_NH_CASES(2); break;
+    case 3: PV_NH_CASES(3); break;
     default: PV_NH_CASES(4); break;
     }
 #undef PV_NH_CASES
@@ -513,24 +543,7 @@ static void pv_avx512(const kvc_iq_vblob *v, const float *p, int ldp, int G, int
     }
 }
 
-/* 3-bit codes (two planes, iquant.h) take the kernels registered before
- * these (AVX2's: every AVX-512 CPU runs them); this file's kernels take one
- * plane of 1, 2 or 4 bits. */
-static kvc_iq_kernels planes3;
-
-static void qk_entry(const kvc_iq_ktile *t, int nt, const float *q, int ldq, int G, int j0, int j1, float *s,
-                     int lds) {
-    if (t[0].bits == 3) planes3.qk(t, nt, q, ldq, G, j0, j1, s, lds);
-    else qk_avx512(t, nt, q, ldq, G, j0, j1, s, lds);
-}
-
-static void pv_entry(const kvc_iq_vblob *v, const float *p, int ldp, int G, int j0, int j1, float *o, int ldo) {
-    if (v->bits == 3) planes3.pv(v, p, ldp, G, j0, j1, o, ldo);
-    else pv_avx512(v, p, ldp, G, j0, j1, o, ldo);
-}
-
 void kvc_iq_register_avx512(kvc_iq_kernels *k) {
-    planes3 = *k;
-    k->qk = qk_entry;
-    k->pv = pv_entry;
+    k->qk = qk_avx512;
+    k->pv = pv_avx512;
 }
