@@ -17,6 +17,10 @@
  * tokens of one channel in each lane, and one vpdpbusd per step and head
  * against those four tokens' weights; the block's integer sums are scaled
  * into the f32 output once. Up to 8 heads share one pass over the codes.
+ *
+ * 3-bit codes are two planes (iquant.h): both kernels run the 2-bit plane's
+ * words as 2-bit codes and the 1-bit plane's with each code shifted left by
+ * two (weighted 4 inside the u8 operand), into the same accumulators.
  * Results equal the scalar reference up to the order of float sums (the
  * integer parts are exact). */
 #include <immintrin.h>
