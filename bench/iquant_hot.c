@@ -47,8 +47,10 @@ static kvc_f16 *f16_array(size_t n, float lo, float hi) {
     return a;
 }
 
+/* 64-byte aligned, as the codecs' blobs are (blob_arena.h): the AVX-512
+ * kernels read code blocks with aligned loads. */
 static uint32_t *random_words(size_t n) {
-    uint32_t *w = malloc(n * sizeof *w);
+    uint32_t *w = aligned_alloc(64, (n * sizeof *w + 63) / 64 * 64);
     for (size_t i = 0; w && i < n; i++) w[i] = next_u32();
     return w;
 }
