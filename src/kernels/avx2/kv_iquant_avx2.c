@@ -297,7 +297,7 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
             for (int h = 0; h < NH; h++) acc[h] = _mm256_setzero_si256();
             #pragma GCC unroll 4
             for (int wb = 0; wb < BITS; wb++) {
-                const int WB = BITS == 3 ? (wb < 2 ? 2 : 1) : BITS, nk = 8 / WB, wbase = BITS == 3 && wb == 2 ? 0 : wb * nk;
+                const int WB = kvc_iq_vrow_bits(BITS, wb), nk = 8 / WB, wbase = kvc_iq_vrow_first_word(BITS, wb);
                 const __m256i mask = _mm256_set1_epi8((char)((1 << WB) - 1));
                 const uint32_t *src = codes + (size_t)wb * v->dim + c;
                 _mm_prefetch((const char *)src + PF, _MM_HINT_T0);

@@ -95,9 +95,12 @@ static inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), u));
 }
 
+/* The shift of the high plane's codes of 3-bit keys and values: weighted 4
+ * inside the u8 operand of vpdpbusd, so both planes share one accumulator. */
+enum { HI_SHIFT = 2 };
+
 /* Code vectors of PB bits from x (fields k of each byte), shifted left by SH
- * (2: the high plane of 3-bit codes, weighted 4 inside the u8 operand, so
- * that both planes share one accumulator). */
+ * (HI_SHIFT for the high plane of 3-bit codes). */
 static inline __attribute__((always_inline)) __m512i code_field(__m512i x, int k, const int PB, const int SH) {
     const __m512i mask = _mm512_set1_epi8((char)(((1 << PB) - 1) << SH));
     const int r = PB * k - SH;
@@ -160,7 +163,7 @@ static inline __attribute__((always_inline)) void qk_blocks(const kvc_iq_ktile *
     if (BITS == 3) {
         const int kw2 = kvc_iq_plane_kwords(2, t->dim);
         qk_plane(cw, kw, 0, kw2, qh, ql, ah, al, 2, 0, WIDE, NH, NB);
-        qk_plane(cw, kw, kw2, kw, qh, ql, ah, al, 1, 2, WIDE, NH, NB);
+        qk_plane(cw, kw, kw2, kw, qh, ql, ah, al, 1, HI_SHIFT, WIDE, NH, NB);
     } else {
         qk_plane(cw, kw, 0, kw, qh, ql, ah, al, BITS, 0, WIDE, NH, NB);
     }
@@ -457,14 +460,13 @@ static inline __attribute__((always_inline)) void pv_block(const kvc_iq_vblob *v
             for (int h = 0; h < NH; h++) acc[h] = _mm512_setzero_si512();
             #pragma GCC unroll 4
             for (int wb = 0; wb < BITS; wb++) {
-                const int hi = BITS == 3 && wb == 2, PB = BITS == 3 ? (hi ? 1 : 2) : BITS, nk = 8 / PB,
-                          wbase = hi ? 0 : wb * nk; /* the first weight word of this row's tokens */
+                const int PB = kvc_iq_vrow_bits(BITS, wb), nk = 8 / PB, wbase = kvc_iq_vrow_first_word(BITS, wb);
                 const uint32_t *src = codes + (size_t)wb * v->dim + c;
                 _mm_prefetch((const char *)src + PF, _MM_HINT_T0);
                 __m512i x = _mm512_load_si512(src);
                 #pragma GCC unroll 8
                 for (int k = 0; k < nk; k++) {
-                    __m512i cd = code_field(x, k, PB, hi ? 2 : 0);
+                    __m512i cd = code_field(x, k, PB, BITS == 3 && PB == 1 ? HI_SHIFT : 0);
                     #pragma GCC unroll 8
                     for (int h = 0; h < NH; h++)
                         acc[h] = _mm512_dpbusd_epi32(acc[h], _mm512_set1_epi32((int)st->wq[h * ng + g][wbase + k]), cd);

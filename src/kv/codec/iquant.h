@@ -109,6 +109,14 @@ static inline int kvc_iq_vshift(int tok, int plane_bits) {
     int r = tok % (32 / plane_bits);
     return 8 * (r % 4) + plane_bits * (r / 4);
 }
+/* Row wb (0 <= wb < bits) of a 32-token value block, as the kernels walk
+ * it: the bits of its codes (3 bits: two 2-bit rows, then the 1-bit row)
+ * and the first of the block's eight weight words (four tokens each) its
+ * fields take, in order. */
+static inline int kvc_iq_vrow_bits(int bits, int wb) { return bits == 3 ? (wb < 2 ? 2 : 1) : bits; }
+static inline int kvc_iq_vrow_first_word(int bits, int wb) {
+    return bits == 3 && wb == 2 ? 0 : wb * (8 / kvc_iq_vrow_bits(bits, wb));
+}
 static inline int kvc_iq_vcode(const kvc_iq_vblob *v, int tok, int c) {
     int lb = kvc_iq_lo_bits(v->bits);
     uint32_t lw = v->codes[kvc_iq_vrow(v->bits, tok, lb, 0) * v->dim + c];
