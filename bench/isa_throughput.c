@@ -32,7 +32,7 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* Core clock in GHz: ITERS x 8 dependent 64-bit multiplies of 3 cycles'
+/* Core clock in GHz: ITERS x 8 dependent 64-bit multiplies of 3 cycles
  * latency. Not adds of an immediate: Golden Cove and later fold chains of
  * those at rename (an Intel Xeon of that kind ran them at 9.6 "GHz"). */
 static double core_ghz(void) {

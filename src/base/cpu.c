@@ -1,6 +1,6 @@
 /* CPU feature detection with cpuid/xgetbv (via GCC's builtins), and the
  * KVC_ISA override that forces a lower level for tests and comparisons.
- * AVX2 level: AVX2+FMA+F16C+BMI1+BMI2. AVX-512 level: F+BW+DQ+VL+VBMI+VBMI2+VNNI+BF16,
+ * AVX2 level: AVX2+FMA+F16C+BMI1+BMI2. AVX-512 level: F+BW+DQ+VL+VBMI+VBMI2+VNNI+BF16+GFNI,
  * the set the kernels in src/kernels/avx512 are compiled for. */
 #include "base/cpu.h"
 
@@ -17,7 +17,7 @@ kvc_isa kvc_cpu_isa(void) {
                  __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
                  __builtin_cpu_supports("avx512vbmi") &&
                  __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("avx512vnni") &&
-                 __builtin_cpu_supports("avx512bf16");
+                 __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("gfni");
     return avx512 ? KVC_ISA_AVX512 : avx2 ? KVC_ISA_AVX2 : KVC_ISA_SCALAR;
 }
 

@@ -99,12 +99,23 @@ static inline __m128 hsum4(__m512 a, __m512 b, __m512 c, __m512 d) {
  * inside the u8 operand of vpdpbusd, so both planes share one accumulator. */
 enum { HI_SHIFT = 2 };
 
+/* The GF(2) bit matrix (vgf2p8affineqb) that moves bits PB k .. PB k + PB - 1
+ * of each byte to bits SH .. SH + PB - 1 and clears the others: byte 7 - i of
+ * the matrix selects the input bits of output bit i. */
+static inline __attribute__((always_inline)) uint64_t field_matrix(int k, const int PB, const int SH) {
+    uint64_t a = 0;
+    for (int b = 0; b < PB; b++) a |= (uint64_t)(1u << (PB * k + b)) << (8 * (7 - (SH + b)));
+    return a;
+}
+
 /* Code vectors of PB bits from x (fields k of each byte), shifted left by SH
- * (HI_SHIFT for the high plane of 3-bit codes). */
+ * (HI_SHIFT for the high plane of 3-bit codes). A field in place is one AND;
+ * any other is one affine transform of the bytes (GFNI) instead of a shift
+ * and an AND: shifts of zmm run on one port of an Intel core, the affine
+ * transform replaces two of the ports' uops by one. */
 static inline __attribute__((always_inline)) __m512i code_field(__m512i x, int k, const int PB, const int SH) {
-    const __m512i mask = _mm512_set1_epi8((char)(((1 << PB) - 1) << SH));
-    const int r = PB * k - SH;
-    return _mm512_and_si512(r >= 0 ? _mm512_srli_epi32(x, r) : _mm512_slli_epi32(x, -r), mask);
+    if (PB * k == SH) return _mm512_and_si512(x, _mm512_set1_epi8((char)(((1 << PB) - 1) << SH)));
+    return _mm512_gf2p8affine_epi64_epi8(x, _mm512_set1_epi64((long long)field_matrix(k, PB, SH)), 0);
 }
 
 /* The dot products of key words [w0, w1) of NB blocks (kw words a token),
