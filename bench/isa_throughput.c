@@ -6,8 +6,8 @@
  * shuffles, e.g. nibble or code lookups), and vfmadd231ps / vcvtph2ps for
  * scale. Each loop runs 12 independent chains, so it measures throughput,
  * not latency. The core clock is measured with a chain of dependent
- * multiplies (3 cycles each), so the result does not depend on the TSC rate or on
- * boost; the loops run for ~0.1 s each and the best of 5 is kept.
+ * multiplies (3 cycles each), so the result does not depend on the TSC rate
+ * or on boost; the loops run for ~0.1 s each and the best of 5 is kept.
  *
  * Build and run (a measurement, not a test; not part of the CMake build):
  *   gcc -O2 -march=native bench/isa_throughput.c -o /tmp/isa_throughput

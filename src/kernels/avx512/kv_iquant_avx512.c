@@ -5,15 +5,15 @@
  * 15-bit integer (q_c s_c / alpha) in two int8 halves, and the constant
  * sum_c q_c m_c of all heads in one pass; then per two
  * blocks of 16 tokens, one load per key word (16 tokens x cpw channels),
- * `8/bits` shift-and-mask steps that leave four channels of one token in each
- * 32-bit lane, and two vpdpbusd (high and low query half; one for 1- and
+ * `8/bits` field extractions (code_field) that leave four channels of one
+ * token in each 32-bit lane, and two vpdpbusd (high and low query half; one for 1- and
  * 2-bit keys, whose query is one byte) per step, block and head against the
  * four query bytes broadcast: the 16 lanes are the 16 tokens' scores, no
  * horizontal sums. Up to 4 heads share one pass.
  *
  * pv: per 32-token block, head and channel group, the weights p_t s_tg become
  * u8 (beta per block) and sum_t p_t m_tg accumulates in a vector; then per 16
- * channels, one load per word block, shift-and-mask steps that leave four
+ * channels, one load per word block, field extractions that leave four
  * tokens of one channel in each lane, and one vpdpbusd per step and head
  * against those four tokens' weights; the block's integer sums are scaled
  * into the f32 output once. Up to 8 heads share one pass over the codes.
