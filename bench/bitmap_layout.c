@@ -152,7 +152,7 @@ int main(int argc, char **argv) {
         uint64_t m;
         for (int i = 0; i < n; i++) {
             kvc_prune_topk(k + (size_t)i * D, D, keep, &m);
-            kvc_bitmap_pack(k + (size_t)i * D, &m, D, bits + i, vals + (size_t)i * keep);
+            kvc_bitmap_pack(k + (size_t)i * D, &m, D, 0, bits + i, vals + (size_t)i * keep);
         }
         /* channel-major copy of the same pruned tokens */
         chanmajor cm = {n, n / 64, malloc(8 * (size_t)n), malloc(4 * (size_t)n), malloc(2 * (size_t)n * keep + 64)};
@@ -171,8 +171,8 @@ int main(int argc, char **argv) {
                 }
                 cm.bits[gi * D + c] = b;
             }
-        kvc_bitmap_view v = {bits, vals, D, keep};
-        TIME(t_tok, kvc_qk_bitmap_f16_avx512(&v, n, q, G, D, s, n));
+        kvc_bitmap_view v = {bits, vals, D, keep, 0};
+        TIME(t_tok, kvc_qk_bitmap_avx512(&v, n, q, G, D, s, n));
         TIME(t_ch, qk_chanmajor_avx512(&cm, q, s2, n));
         double t_ch2;
         TIME(t_ch2, qk_chanmajor_zmm_avx512(&cm, q, s2, n));

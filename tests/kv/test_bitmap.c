@@ -119,7 +119,7 @@ static void test_topk_random_and_ties(void **state) {
 }
 
 /* The SIMD top-k and pack are bit-exact with the references (the mask and
- * the f16 values are the format, not an approximation). */
+ * the f16 / bf16 values are the format, not an approximation). */
 static void test_topk_simd_matches_reference(void **state) {
     (void)state;
     if (kvc_cpu_isa() < KVC_ISA_AVX2) skip();
@@ -148,13 +148,15 @@ static void test_topk_simd_matches_reference(void **state) {
                 if (!avx512) continue;
                 kvc_prune_topk_avx512(x, d, keep, m2);
                 assert_memory_equal(m1, m2, sizeof(uint64_t) * ((d + 63) / 64));
-                if (kind == 4) continue; /* NaN payloads may differ in the packed f16 */
-                static kvc_f16 v1[1024], v2[1024];
-                uint64_t b1[16], b2[16];
-                kvc_bitmap_pack_scalar(x, m1, d, b1, v1);
-                kvc_bitmap_pack_avx512(x, m1, d, b2, v2);
-                assert_memory_equal(b1, b2, sizeof(uint64_t) * ((d + 63) / 64));
-                assert_memory_equal(v1, v2, sizeof(kvc_f16) * (size_t)keep);
+                for (int bf16 = 0; bf16 <= 1; bf16++) {
+                    if (kind == 4 && !bf16) continue; /* NaN payloads may differ in the packed f16 */
+                    static uint16_t v1[1024], v2[1024];
+                    uint64_t b1[16], b2[16];
+                    kvc_bitmap_pack_scalar(x, m1, d, bf16, b1, v1);
+                    kvc_bitmap_pack_avx512(x, m1, d, bf16, b2, v2);
+                    assert_memory_equal(b1, b2, sizeof(uint64_t) * ((d + 63) / 64));
+                    assert_memory_equal(v1, v2, sizeof(uint16_t) * (size_t)keep);
+                }
             }
             kvc_prune_topk_scalar(x, d, d, m1);
             kvc_prune_topk_avx2(x, d, d, m2);
@@ -184,19 +186,20 @@ static void test_pack_roundtrip(void **state) {
     const int ds[] = {1, 5, 64, 65, 96, 128, 130, 256};
     float x[256], y[256];
     uint64_t m[4], bits[4];
-    kvc_f16 vals[256];
+    uint16_t vals[256];
     for (unsigned di = 0; di < sizeof ds / sizeof ds[0]; di++) {
         int d = ds[di];
-        for (int rep = 0; rep < 50; rep++) {
+        for (int rep = 0; rep < 100; rep++) {
+            int bf16 = rep & 1;
             for (int c = 0; c < d; c++) x[c] = (rep % 3 == 0) ? gauss() * 1000.0f : gauss();
             if (rep % 7 == 0) x[d / 2] = 0.0f;
             int keep = (int)(rnd() % (unsigned)(d + 1));
             kvc_prune_topk(x, d, keep, m);
-            kvc_bitmap_pack(x, m, d, bits, vals);
+            kvc_bitmap_pack(x, m, d, bf16, bits, vals);
             assert_int_equal(popcount_mask(bits, d), keep);
-            kvc_bitmap_unpack(bits, vals, d, y);
+            kvc_bitmap_unpack(bits, vals, d, bf16, y);
             for (int c = 0; c < d; c++) {
-                float want = bit(m, c) ? kvc_f16_to_f32(kvc_f32_to_f16(x[c])) : 0.0f;
+                float want = bit(m, c) ? kvc_bitmap_widen(kvc_bitmap_narrow(x[c], bf16), bf16) : 0.0f;
                 assert_memory_equal(&y[c], &want, sizeof(float));
             }
         }
@@ -206,11 +209,11 @@ static void test_pack_roundtrip(void **state) {
 /* n tokens of dimension d pruned to keep, encoded; vals padded. */
 typedef struct enc {
     uint64_t *bits;
-    kvc_f16 *vals;
-    float *dense; /* decoded (pruned, f16-rounded) [n][d] */
+    uint16_t *vals;
+    float *dense; /* decoded (pruned, f16- or bf16-rounded) [n][d] */
 } enc;
 
-static void encode_tokens(int n, int d, int keep, int kind, enc *e) {
+static void encode_tokens(int n, int d, int keep, int kind, int bf16, enc *e) {
     int nt = kvc_bitmap_tiles(d);
     e->bits = calloc((size_t)n * nt + 1, sizeof(uint64_t));
     e->vals = calloc((size_t)n * keep * 2 + KVC_BITMAP_PAD, 1);
@@ -224,8 +227,8 @@ static void encode_tokens(int n, int d, int keep, int kind, enc *e) {
             else x[c] = gauss() * (c % 9 == 0 ? 8.0f : 1.0f);
         }
         kvc_prune_topk(x, d, keep, m);
-        kvc_bitmap_pack(x, m, d, e->bits + (size_t)i * nt, e->vals + (size_t)i * keep);
-        kvc_bitmap_unpack(e->bits + (size_t)i * nt, e->vals + (size_t)i * keep, d,
+        kvc_bitmap_pack(x, m, d, bf16, e->bits + (size_t)i * nt, e->vals + (size_t)i * keep);
+        kvc_bitmap_unpack(e->bits + (size_t)i * nt, e->vals + (size_t)i * keep, d, bf16,
                           e->dense + (size_t)i * d);
     }
 }
@@ -235,10 +238,12 @@ static void enc_free(enc *e) {
     free(e->dense);
 }
 
+/* Both value types: bf16's AVX-512 kernels reorder the channels of each tile. */
 static void kernels_match_reference(const kvc_bitmap_kernels *kk) {
     const int ds[] = {64, 128, 65, 100, 32, 200};
     const int ns[] = {1, 3, 4, 5, 63, 64, 67, 130};
     const double sp[] = {0.0, 0.5, 0.7, 0.9, 1.0};
+    for (int bf16 = 0; bf16 <= 1; bf16++)
     for (unsigned di = 0; di < sizeof ds / sizeof ds[0]; di++)
         for (unsigned ni = 0; ni < sizeof ns / sizeof ns[0]; ni++)
             for (unsigned si = 0; si < sizeof sp / sizeof sp[0]; si++) {
@@ -247,14 +252,14 @@ static void kernels_match_reference(const kvc_bitmap_kernels *kk) {
                 int g = 1 + (int)((di * 7 + ni * 3 + si) % 9) + (si == 2 ? 30 : 0); /* up to 39 heads */
                 int ldq = d + 3, lds = n + 5, ldo = d + 1;
                 enc e;
-                encode_tokens(n, d, keep, kind, &e);
-                kvc_bitmap_view view = {e.bits, e.vals, d, keep};
+                encode_tokens(n, d, keep, kind, bf16, &e);
+                kvc_bitmap_view view = {e.bits, e.vals, d, keep, bf16};
                 float *q = malloc(sizeof(float) * (size_t)g * ldq);
                 float *s1 = malloc(sizeof(float) * (size_t)g * lds);
                 float *s2 = malloc(sizeof(float) * (size_t)g * lds);
                 for (int i = 0; i < g * ldq; i++) q[i] = kind == 2 ? gauss() * 100.0f : gauss();
                 for (int i = 0; i < g * lds; i++) s1[i] = s2[i] = -7.0f;
-                kvc_qk_bitmap_f16_scalar(&view, n, q, g, ldq, s1, lds);
+                kvc_qk_bitmap_scalar(&view, n, q, g, ldq, s1, lds);
                 kk->qk(&view, n, q, g, ldq, s2, lds);
                 for (int h = 0; h < g; h++) {
                     for (int i = 0; i < n; i++) {
@@ -276,7 +281,7 @@ static void kernels_match_reference(const kvc_bitmap_kernels *kk) {
                 float *o2 = malloc(sizeof(float) * (size_t)g * ldo);
                 for (int i = 0; i < g * lds; i++) p[i] = (rnd() % 5 == 0) ? 0.0f : (frand() + 1.0f);
                 for (int i = 0; i < g * ldo; i++) o1[i] = o2[i] = frand();
-                kvc_pv_bitmap_f16_scalar(&view, n, p, g, lds, o1, ldo);
+                kvc_pv_bitmap_scalar(&view, n, p, g, lds, o1, ldo);
                 kk->pv(&view, n, p, g, lds, o2, ldo);
                 for (int h = 0; h < g; h++)
                     for (int c = 0; c < ldo; c++) {
@@ -317,19 +322,20 @@ static void test_kernels_avx512(void **state) {
     if (kvc_active_isa() < KVC_ISA_AVX512) skip();
     kvc_bitmap_kernels k = registered(kvc_bitmap_register_avx512);
     kernels_match_reference(&k);
-    /* pack: the same bits and the same f16 values as the reference */
+    /* pack: the same bits and the same f16 / bf16 values as the reference */
     float x[200];
     uint64_t m[4], b1[4], b2[4];
-    kvc_f16 v1[200], v2[200];
+    uint16_t v1[200], v2[200];
     for (int d = 1; d <= 200; d += 13)
-        for (int rep = 0; rep < 8; rep++) {
-            for (int c = 0; c < d; c++) x[c] = rep % 2 ? gauss() * 1e4f : gauss();
+        for (int rep = 0; rep < 16; rep++) {
+            int bf16 = rep & 1;
+            for (int c = 0; c < d; c++) x[c] = rep % 4 < 2 ? gauss() * 1e4f : gauss();
             int keep = (int)(rnd() % (unsigned)(d + 1));
             kvc_prune_topk_scalar(x, d, keep, m);
-            kvc_bitmap_pack_scalar(x, m, d, b1, v1);
-            k.pack(x, m, d, b2, v2);
+            kvc_bitmap_pack_scalar(x, m, d, bf16, b1, v1);
+            k.pack(x, m, d, bf16, b2, v2);
             assert_memory_equal(b1, b2, sizeof(uint64_t) * (size_t)((d + 63) / 64));
-            if (keep) assert_memory_equal(v1, v2, sizeof(kvc_f16) * (size_t)keep);
+            if (keep) assert_memory_equal(v1, v2, sizeof(uint16_t) * (size_t)keep);
         }
 }
 

@@ -1,8 +1,8 @@
 /* AVX2 kernels for bitmap tiles (MUSTAFAR §3, Appendix C). AVX2 has no expand
  * instruction, so each byte of a tile's bitmap (8 channels) selects a PSHUFB
  * pattern from a 256-entry table that spreads the next popcount(byte) packed
- * f16 values to their channels (zeros elsewhere); VCVTPH2PS widens them to 8
- * f32. Where each chunk's values start comes from the mask at once
+ * 16-bit values to their channels (zeros elsewhere); VCVTPH2PS widens f16
+ * values to 8 f32, a zero-extension and a shift bf16 values. Where each chunk's values start comes from the mask at once
  * (kvc_piece_offsets), not from a pointer advanced chunk by chunk. As in the dense
  * AVX2 kernels, heads go in blocks of up to 3 with compile-time block shapes so
  * the accumulators stay in registers: q·k 4 tokens x 3 heads, p·v half a tile
@@ -36,23 +36,26 @@ static void lut_init(void) {
     }
 }
 
-/* 8 channels of a tile under mask byte b, from the packed values at p, as f32. */
-ALWAYS_INLINE __m256 expand8(const kvc_f16 *p, unsigned b) {
+/* 8 channels of a tile under mask byte b, from the packed values at p (bf16
+ * when BF, else f16), as f32. */
+ALWAYS_INLINE __m256 expand8(const uint16_t *p, unsigned b, const int BF) {
     __m128i raw = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_cvtph_ps(_mm_shuffle_epi8(raw, _mm_load_si128((const __m128i *)spread_lut[b])));
+    __m128i x = _mm_shuffle_epi8(raw, _mm_load_si128((const __m128i *)spread_lut[b]));
+    if (BF) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
+    return _mm256_cvtph_ps(x);
 }
 
 /* Values of token i's tile t: its row, past the values of its earlier tiles
  * (p·v, which goes tile by tile over all tokens). */
-ALWAYS_INLINE const kvc_f16 *tile_vals(const kvc_bitmap_view *v, int nt, size_t i, int t) {
-    const kvc_f16 *vp = v->vals + i * (size_t)v->keep;
+ALWAYS_INLINE const uint16_t *tile_vals(const kvc_bitmap_view *v, int nt, size_t i, int t) {
+    const uint16_t *vp = v->vals + i * (size_t)v->keep;
     for (int u = 0; u < t; u++)
         vp += __builtin_popcountll(v->bits[i * nt + u]);
     return vp;
 }
 
 ALWAYS_INLINE void prefetch_token(const kvc_bitmap_view *v, int nt, size_t i) {
-    const kvc_f16 *vp = v->vals + (i + 16) * (size_t)v->keep;
+    const uint16_t *vp = v->vals + (i + 16) * (size_t)v->keep;
     _mm_prefetch((const char *)vp, _MM_HINT_T0);
     _mm_prefetch((const char *)vp + 64, _MM_HINT_T0);
     _mm_prefetch((const char *)(v->bits + (i + 16) * nt), _MM_HINT_T0);
@@ -62,14 +65,14 @@ ALWAYS_INLINE void prefetch_token(const kvc_bitmap_view *v, int nt, size_t i) {
  * (compile-time): T x H accumulators in registers, each expanded chunk used by
  * all H heads. qs[h] are 64-float-padded query rows. */
 ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *const *qs, size_t i,
-                             float *scores, int ld, const int H, const int T) {
+                             float *scores, int ld, const int H, const int T, const int BF) {
     __m256 acc[4][3];
     #pragma GCC unroll 8
     for (int u = 0; u < T; u++)
         #pragma GCC unroll 8
         for (int h = 0; h < H; h++)
             acc[u][h] = _mm256_setzero_ps();
-    const kvc_f16 *vp[4]; /* each token's values of tile t, advanced tile by tile */
+    const uint16_t *vp[4]; /* each token's values of tile t, advanced tile by tile */
     #pragma GCC unroll 8
     for (int u = 0; u < T; u++)
         vp[u] = k->vals + (i + u) * (size_t)k->keep;
@@ -85,7 +88,7 @@ ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *cons
             #pragma GCC unroll 8
             for (int u = 0; u < T; u++) {
                 __m256 f =
-                    expand8(vp[u] + (off[u] >> 8 * j & 0xff), (unsigned)(m[u] >> 8 * j) & 0xff);
+                    expand8(vp[u] + (off[u] >> 8 * j & 0xff), (unsigned)(m[u] >> 8 * j) & 0xff, BF);
                 #pragma GCC unroll 8
                 for (int h = 0; h < H; h++)
                     acc[u][h] =
@@ -106,21 +109,30 @@ ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *cons
 }
 
 ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, int n, float *scores,
-                            int ld, const int H) {
+                            int ld, const int H, const int BF) {
     int nt = kvc_bitmap_tiles(k->d);
     size_t i = 0;
     for (; i + 4 <= (size_t)n; i += 4) {
         #pragma GCC unroll 8
         for (int u = 0; u < 4; u++)
             prefetch_token(k, nt, i + u);
-        qk_tokens(k, nt, qs, i, scores, ld, H, 4);
+        qk_tokens(k, nt, qs, i, scores, ld, H, 4, BF);
     }
     for (; i < (size_t)n; i++)
-        qk_tokens(k, nt, qs, i, scores, ld, H, 1);
+        qk_tokens(k, nt, qs, i, scores, ld, H, 1, BF);
 }
 
-void kvc_qk_bitmap_f16_avx2(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
-                            float *scores, int ld) {
+/* A block of H heads with the value type a compile-time constant. */
+ALWAYS_INLINE void qk_block(const kvc_bitmap_view *k, const float *const *qs, int n, float *sc,
+                            int ld, const int H) {
+    if (k->bf16)
+        qk_heads(k, qs, n, sc, ld, H, 1);
+    else
+        qk_heads(k, qs, n, sc, ld, H, 0);
+}
+
+void kvc_qk_bitmap_avx2(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+                        float *scores, int ld) {
     pthread_once(&lut_once, lut_init);
     int d = k->d, nt = kvc_bitmap_tiles(d);
     _Alignas(32) float rows[3 * KVC_BITMAP_MAX_D];
@@ -140,11 +152,11 @@ void kvc_qk_bitmap_f16_avx2(const kvc_bitmap_view *k, int n, const float *q, int
         }
         float *sc = scores + (size_t)h0 * ld;
         if (gb == 3)
-            qk_heads(k, qs, n, sc, ld, 3);
+            qk_block(k, qs, n, sc, ld, 3);
         else if (gb == 2)
-            qk_heads(k, qs, n, sc, ld, 2);
+            qk_block(k, qs, n, sc, ld, 2);
         else
-            qk_heads(k, qs, n, sc, ld, 1);
+            qk_block(k, qs, n, sc, ld, 1);
         h0 += gb;
     }
 }
@@ -153,7 +165,7 @@ void kvc_qk_bitmap_f16_avx2(const kvc_bitmap_view *k, int n, const float *q, int
  * (H <= 3, compile-time): 4 x H accumulators, H weights and the expanded chunk
  * fill the 16 registers. out[h*64 + 8c] receives the sums (overwritten). */
 ALWAYS_INLINE void pv_half(const kvc_bitmap_view *v, int nt, int t, int j0, const float *p, int ld,
-                           int n, float *out, const int H) {
+                           int n, float *out, const int H, const int BF) {
     __m256 acc[3][4];
     #pragma GCC unroll 8
     for (int h = 0; h < H; h++)
@@ -163,11 +175,11 @@ ALWAYS_INLINE void pv_half(const kvc_bitmap_view *v, int nt, int t, int j0, cons
     for (size_t i = 0; i < (size_t)n; i++) {
         if (j0 == 0) prefetch_token(v, nt, i);
         uint64_t m = v->bits[i * nt + t], off = kvc_piece_offsets(m);
-        const kvc_f16 *vp = tile_vals(v, nt, i, t);
+        const uint16_t *vp = tile_vals(v, nt, i, t);
         #pragma GCC unroll 8
         for (int c = 0; c < 4; c++) {
             int j = j0 + c;
-            __m256 f = expand8(vp + (off >> 8 * j & 0xff), (unsigned)(m >> 8 * j) & 0xff);
+            __m256 f = expand8(vp + (off >> 8 * j & 0xff), (unsigned)(m >> 8 * j) & 0xff, BF);
 /* the weight is broadcast from memory at each use: held in registers for
  * the 4 chunks, 3 heads' weights made the accumulators spill */
             #pragma GCC unroll 8
@@ -184,13 +196,13 @@ ALWAYS_INLINE void pv_half(const kvc_bitmap_view *v, int nt, int t, int j0, cons
 }
 
 ALWAYS_INLINE void pv_heads(const kvc_bitmap_view *v, int n, const float *p, int ld, float *out,
-                            int ldo, const int H) {
+                            int ldo, const int H, const int BF) {
     int d = v->d, nt = kvc_bitmap_tiles(d);
     _Alignas(32) float part[3 * 64];
     for (int t = 0; t < nt; t++) {
         int w = d - t * 64 < 64 ? d - t * 64 : 64;
-        pv_half(v, nt, t, 0, p, ld, n, part, H);
-        if (w > 32) pv_half(v, nt, t, 4, p, ld, n, part, H);
+        pv_half(v, nt, t, 0, p, ld, n, part, H, BF);
+        if (w > 32) pv_half(v, nt, t, 4, p, ld, n, part, H, BF);
         for (int h = 0; h < H; h++) {
             float *o = out + (size_t)h * ldo + t * 64;
             for (int c = 0; c < w; c++)
@@ -199,19 +211,28 @@ ALWAYS_INLINE void pv_heads(const kvc_bitmap_view *v, int n, const float *p, int
     }
 }
 
-void kvc_pv_bitmap_f16_avx2(const kvc_bitmap_view *v, int n, const float *p, int g, int ld,
-                            float *out, int ldo) {
+/* A block of H heads with the value type a compile-time constant. */
+ALWAYS_INLINE void pv_block(const kvc_bitmap_view *v, int n, const float *p, int ld, float *out,
+                            int ldo, const int H) {
+    if (v->bf16)
+        pv_heads(v, n, p, ld, out, ldo, H, 1);
+    else
+        pv_heads(v, n, p, ld, out, ldo, H, 0);
+}
+
+void kvc_pv_bitmap_avx2(const kvc_bitmap_view *v, int n, const float *p, int g, int ld,
+                        float *out, int ldo) {
     pthread_once(&lut_once, lut_init);
     for (int h0 = 0; h0 < g;) {
         int gb = kvc_head_block_avx2(g - h0);
         const float *ph = p + (size_t)h0 * ld;
         float *oh = out + (size_t)h0 * ldo;
         if (gb == 3)
-            pv_heads(v, n, ph, ld, oh, ldo, 3);
+            pv_block(v, n, ph, ld, oh, ldo, 3);
         else if (gb == 2)
-            pv_heads(v, n, ph, ld, oh, ldo, 2);
+            pv_block(v, n, ph, ld, oh, ldo, 2);
         else
-            pv_heads(v, n, ph, ld, oh, ldo, 1);
+            pv_block(v, n, ph, ld, oh, ldo, 1);
         h0 += gb;
     }
 }
@@ -264,6 +285,6 @@ void kvc_prune_topk_avx2(const float *score, int d, int keep, uint64_t *mask) {
 void kvc_prune_register_avx2(kvc_prune_topk_fn *k) { *k = kvc_prune_topk_avx2; }
 
 void kvc_bitmap_register_avx2(kvc_bitmap_kernels *k) {
-    k->qk = kvc_qk_bitmap_f16_avx2;
-    k->pv = kvc_pv_bitmap_f16_avx2;
+    k->qk = kvc_qk_bitmap_avx2;
+    k->pv = kvc_pv_bitmap_avx2;
 }

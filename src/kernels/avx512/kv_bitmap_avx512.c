@@ -1,7 +1,12 @@
 /* AVX-512 kernels for bitmap tiles (MUSTAFAR §3 "load as compressed, compute as
- * dense", Appendix C): each 64-channel tile is expanded from its packed f16
+ * dense", Appendix C): each 64-channel tile is expanded from its packed 16-bit
  * values with VPEXPANDW (AVX512-VBMI2) under the tile's bitmap, widened to f32
- * and used as a dense 64-wide vector. q·k: one token at a time against all g
+ * and used as a dense 64-wide vector. f16 values widen with VCVTPH2PS (two
+ * uops, and the upper halves must first be extracted); bf16 values widen in
+ * place with one shift (even channels) or one AND (odd channels), so their
+ * four vectors hold the tile's channels in the order even 0-30, odd 1-31,
+ * even 32-62, odd 33-63, and the query (q·k) and the outputs (p·v) are put in
+ * that order once per call instead. q·k: one token at a time against all g
  * query heads of the GQA group (the tile is read once per group), one FMA
  * chain per head, four tokens x up to four heads reduced by one transpose-
  * and-add tree. p·v: tile-outer so the g×64 output accumulators stay in
@@ -36,32 +41,58 @@ ALWAYS_INLINE void prefetch4(const kvc_bitmap_view *v, int nt, size_t i) {
 
 /* The 64 values of one tile as 4 x 16 f32 (pruned channels are 0). `p` points at
  * the tile's first packed value; returns the pointer past its last one.
- * Two 512-bit VPEXPANDW (expand-loads of 32 values each) and the upper halves
- * extracted for VCVTPH2PS: on this machine (Sapphire Rapids class, 2026-11-26)
- * a 512-bit expand costs about as much as a 256-bit one, so two of them beat
- * four (the 256-bit form was chosen on AMD Zen 5, docs/formats.md). */
-ALWAYS_INLINE const kvc_f16 *expand_tile(const kvc_f16 *p, uint64_t m, __m512 f[4]) {
+ * Two 512-bit VPEXPANDW (expand-loads of 32 values each): on the Sapphire
+ * Rapids class Xeon (2026-11-26) a 512-bit expand costs about as much as a
+ * 256-bit one, so two of them beat four (the 256-bit form was chosen on AMD
+ * Zen 5, docs/formats.md). f16 (BF = 0): the halves widened with VCVTPH2PS,
+ * channel order. bf16 (BF = 1): a bf16 in the upper half of a 32-bit lane is
+ * that f32, so the even channels are the lanes shifted up and the odd ones
+ * the lanes with the lower half cleared (the order of the file comment). */
+ALWAYS_INLINE const uint16_t *expand_tile(const uint16_t *p, uint64_t m, __m512 f[4], const int BF) {
     __mmask32 m0 = (__mmask32)m, m1 = (__mmask32)(m >> 32);
     __m512i x0 = _mm512_maskz_expandloadu_epi16(m0, p);
     p += __builtin_popcount((unsigned)m0);
     __m512i x1 = _mm512_maskz_expandloadu_epi16(m1, p);
     p += __builtin_popcount((unsigned)m1);
-    f[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(x0));
-    f[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x0, 1));
-    f[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(x1));
-    f[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x1, 1));
+    if (BF) {
+        const __m512i upper = _mm512_set1_epi32((int)0xffff0000u);
+        f[0] = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16));
+        f[1] = _mm512_castsi512_ps(_mm512_and_si512(x0, upper));
+        f[2] = _mm512_castsi512_ps(_mm512_slli_epi32(x1, 16));
+        f[3] = _mm512_castsi512_ps(_mm512_and_si512(x1, upper));
+    } else {
+        f[0] = _mm512_cvtph_ps(_mm512_castsi512_si256(x0));
+        f[1] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x0, 1));
+        f[2] = _mm512_cvtph_ps(_mm512_castsi512_si256(x1));
+        f[3] = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x1, 1));
+    }
     return p;
+}
+
+/* The bf16 lane order of one 64-channel tile (see the file comment): lane
+ * order position j holds channel tile_channel(j). */
+static int tile_channel(int j) { return (j & 32) + 2 * (j & 15) + ((j >> 4) & 1); }
+
+/* Query row q (d channels) as nt tiles of 64 in the kernel's lane order,
+ * zero-padded past d. */
+static void order_query(const float *q, int d, int BF, float *r) {
+    int nt = kvc_bitmap_tiles(d);
+    for (int t = 0; t < nt; t++)
+        for (int j = 0; j < 64; j++) {
+            int c = t * 64 + (BF ? tile_channel(j) : j);
+            r[t * 64 + j] = c < d ? q[c] : 0.0f;
+        }
 }
 
 /* acc[h] += the lanes whose sum is q_h . K[tok] (G heads), one FMA chain per
  * head: no separate multiplies and adds. */
 ALWAYS_INLINE void token_dot(const kvc_bitmap_view *k, int nt, size_t tok,
-                             const float *const *qs, const int G, __m512 *acc) {
+                             const float *const *qs, const int G, __m512 *acc, const int BF) {
     const uint64_t *bits = k->bits + tok * nt;
-    const kvc_f16 *vp = k->vals + tok * (size_t)k->keep;
+    const uint16_t *vp = k->vals + tok * (size_t)k->keep;
     for (int t = 0; t < nt; t++) {
         __m512 f[4];
-        vp = expand_tile(vp, bits[t], f);
+        vp = expand_tile(vp, bits[t], f, BF);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             const float *qt = qs[h] + t * 64;
@@ -97,10 +128,11 @@ ALWAYS_INLINE __m512 reduce16(const __m512 a[16]) {
 }
 
 /* Heads [0, G) with G a compile-time constant after inlining. qs: per head a
- * pointer to nt*64 floats (the tail tile zero-padded). Four tokens at a time:
- * 4 x G accumulators, reduced together by one tree (lane h*4 + token). */
+ * pointer to nt*64 floats in the lane order of BF (the tail tile zero-padded).
+ * Four tokens at a time: 4 x G accumulators, reduced together by one tree
+ * (lane h*4 + token). */
 ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, const int G, int n,
-                            float *scores, int ld) {
+                            float *scores, int ld, const int BF) {
     int nt = kvc_bitmap_tiles(k->d);
     int i = 0;
     for (; i + 4 <= n; i += 4) {
@@ -113,7 +145,7 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, co
             __m512 acc[4];
 #pragma GCC unroll 4
             for (int h = 0; h < G; h++) acc[h] = _mm512_setzero_ps();
-            token_dot(k, nt, (size_t)(i + tt), qs, G, acc);
+            token_dot(k, nt, (size_t)(i + tt), qs, G, acc, BF);
 #pragma GCC unroll 4
             for (int h = 0; h < G; h++) a[h * 4 + tt] = acc[h];
         }
@@ -126,44 +158,61 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, co
         __m512 a0[4];
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) a0[h] = _mm512_setzero_ps();
-        token_dot(k, nt, (size_t)i, qs, G, a0);
+        token_dot(k, nt, (size_t)i, qs, G, a0, BF);
         for (int h = 0; h < G; h++) scores[(size_t)h * ld + i] = _mm512_reduce_add_ps(a0[h]);
     }
 }
 
-void kvc_qk_bitmap_f16_avx512(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
-                              float *scores, int ld) {
+/* One block of gb <= 4 heads, G and BF compile-time after the switches. */
+ALWAYS_INLINE void qk_block(const kvc_bitmap_view *k, const float *const *qs, int gb, int n,
+                            float *sc, int ld, const int BF) {
+    switch (gb) {
+    case 1: qk_heads(k, qs, 1, n, sc, ld, BF); break;
+    case 2: qk_heads(k, qs, 2, n, sc, ld, BF); break;
+    case 3: qk_heads(k, qs, 3, n, sc, ld, BF); break;
+    default: qk_heads(k, qs, 4, n, sc, ld, BF); break;
+    }
+}
+
+void kvc_qk_bitmap_avx512(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+                          float *scores, int ld) {
     int d = k->d, nt = kvc_bitmap_tiles(d);
-    /* full tiles read q in place; when d % 64 != 0, each head reads a zero-padded copy */
+    /* f16 full tiles read q in place; a ragged d or bf16's lane order reads a copy */
     _Alignas(64) float rows[4 * KVC_BITMAP_MAX_D];
     for (int h0 = 0; h0 < g; h0 += 4) {
         int gb = g - h0 < 4 ? g - h0 : 4;
         const float *qs[4];
         for (int h = 0; h < gb; h++) {
             const float *qh = q + (size_t)(h0 + h) * ldq;
-            if (d & 63) {
+            if ((d & 63) || k->bf16) {
                 float *r = rows + (size_t)h * nt * 64;
-                memcpy(r, qh, (size_t)d * sizeof(float));
-                memset(r + d, 0, (size_t)(nt * 64 - d) * sizeof(float));
+                order_query(qh, d, k->bf16, r);
                 qs[h] = r;
             } else {
                 qs[h] = qh;
             }
         }
         float *sc = scores + (size_t)h0 * ld;
-        switch (gb) {
-        case 1: qk_heads(k, qs, 1, n, sc, ld); break;
-        case 2: qk_heads(k, qs, 2, n, sc, ld); break;
-        case 3: qk_heads(k, qs, 3, n, sc, ld); break;
-        default: qk_heads(k, qs, 4, n, sc, ld); break;
-        }
+        if (k->bf16)
+            qk_block(k, qs, gb, n, sc, ld, 1);
+        else
+            qk_block(k, qs, gb, n, sc, ld, 0);
     }
 }
 
+/* 32 outputs in channel order from bf16's lane order: the even and the odd
+ * channels of one half tile interleaved. */
+ALWAYS_INLINE void store_interleaved(float *out, __m512 even, __m512 odd) {
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    _mm512_storeu_ps(out, _mm512_permutex2var_ps(even, lo, odd));
+    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(even, hi, odd));
+}
+
 /* One tile column `t` of all n tokens into G heads' 64 outputs (G*4
- * accumulators stay in registers while the tokens stream by). */
+ * accumulators stay in registers while the tokens stream by), channel order. */
 ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, const int G, int ld,
-                           int n, float *out /* [G][64] */) {
+                           int n, float *out /* [G][64] */, const int BF) {
     int nt = kvc_bitmap_tiles(v->d);
     __m512 acc[4][4];
 #pragma GCC unroll 4
@@ -173,10 +222,10 @@ ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, cons
     for (int i = 0; i < n; i++) {
         if (t == 0 && (i & 3) == 0) prefetch4(v, nt, (size_t)i);
         const uint64_t *bits = v->bits + (size_t)i * nt;
-        const kvc_f16 *vp = v->vals + (size_t)i * v->keep;
+        const uint16_t *vp = v->vals + (size_t)i * v->keep;
         for (int u = 0; u < t; u++) vp += __builtin_popcountll(bits[u]);
         __m512 f[4];
-        expand_tile(vp, bits[t], f);
+        expand_tile(vp, bits[t], f, BF);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             __m512 w = _mm512_set1_ps(p[(size_t)h * ld + i]);
@@ -185,25 +234,39 @@ ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, cons
         }
     }
 #pragma GCC unroll 4
-    for (int h = 0; h < G; h++)
+    for (int h = 0; h < G; h++) {
+        if (BF) {
+            store_interleaved(out + h * 64, acc[h][0], acc[h][1]);
+            store_interleaved(out + h * 64 + 32, acc[h][2], acc[h][3]);
+        } else {
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) _mm512_storeu_ps(out + h * 64 + r * 16, acc[h][r]);
+            for (int r = 0; r < 4; r++) _mm512_storeu_ps(out + h * 64 + r * 16, acc[h][r]);
+        }
+    }
 }
 
-void kvc_pv_bitmap_f16_avx512(const kvc_bitmap_view *v, int n, const float *p, int g, int ld,
-                              float *out, int ldo) {
+ALWAYS_INLINE void pv_block(const kvc_bitmap_view *v, int t, const float *ph, int gb, int ld,
+                            int n, float *part, const int BF) {
+    switch (gb) {
+    case 1: pv_tile(v, t, ph, 1, ld, n, part, BF); break;
+    case 2: pv_tile(v, t, ph, 2, ld, n, part, BF); break;
+    case 3: pv_tile(v, t, ph, 3, ld, n, part, BF); break;
+    default: pv_tile(v, t, ph, 4, ld, n, part, BF); break;
+    }
+}
+
+void kvc_pv_bitmap_avx512(const kvc_bitmap_view *v, int n, const float *p, int g, int ld,
+                          float *out, int ldo) {
     int d = v->d, nt = kvc_bitmap_tiles(d);
     _Alignas(64) float part[4][64];
     for (int h0 = 0; h0 < g; h0 += 4) {
         int gb = g - h0 < 4 ? g - h0 : 4;
         const float *ph = p + (size_t)h0 * ld;
         for (int t = 0; t < nt; t++) {
-            switch (gb) {
-            case 1: pv_tile(v, t, ph, 1, ld, n, &part[0][0]); break;
-            case 2: pv_tile(v, t, ph, 2, ld, n, &part[0][0]); break;
-            case 3: pv_tile(v, t, ph, 3, ld, n, &part[0][0]); break;
-            default: pv_tile(v, t, ph, 4, ld, n, &part[0][0]); break;
-            }
+            if (v->bf16)
+                pv_block(v, t, ph, gb, ld, n, &part[0][0], 1);
+            else
+                pv_block(v, t, ph, gb, ld, n, &part[0][0], 0);
             int w = d - t * 64 < 64 ? d - t * 64 : 64;
             for (int h = 0; h < gb; h++) {
                 float *o = out + (size_t)(h0 + h) * ldo + t * 64;
@@ -258,11 +321,24 @@ void kvc_prune_topk_avx512(const float *score, int d, int keep, uint64_t *mask) 
     kvc_prune_mask_from_threshold(gt, eq, n_gt, keep, nw, mask);
 }
 
+/* 16 floats to bf16 exactly as kvc_f32_to_bf16: round to nearest even on the
+ * bit pattern, a NaN kept quiet with its top payload bits. */
+static __m256i narrow_bf16(__m512 v) {
+    __m512i x = _mm512_castps_si512(v);
+    __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(x, 16), _mm512_set1_epi32(0x40));
+    return _mm512_cvtepi32_epi16(r);
+}
+
 /* kvc_bitmap_pack: the kept values of 16 channels at a time compressed
- * (VCOMPRESSPS) and converted to f16 (VCVTPS2PH, round to nearest even, as
- * kvc_f32_to_f16; a NaN keeps its payload's top bits instead of becoming the
- * reference's canonical quiet NaN). */
-void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
+ * (VCOMPRESSPS) and narrowed: to f16 with VCVTPS2PH (round to nearest even,
+ * as kvc_f32_to_f16; a NaN keeps its payload's top bits instead of becoming
+ * the reference's canonical quiet NaN), to bf16 as the reference does. */
+void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, int bf16, uint64_t *bits,
+                            uint16_t *vals) {
     int nt = kvc_bitmap_tiles(d), nv = (d + 15) / 16;
     for (int t = 0; t < nt; t++) {
         uint64_t m = mask[t];
@@ -275,7 +351,7 @@ void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, uint64_
         __mmask16 m = (__mmask16)(bits[j >> 2] >> (16 * (j & 3))) & valid;
         if (!m) continue;
         __m512 v = _mm512_maskz_compress_ps(m, _mm512_maskz_loadu_ps(valid, x + 16 * j));
-        __m256i h = _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256i h = bf16 ? narrow_bf16(v) : _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
         int c = __builtin_popcount(m);
         _mm256_mask_storeu_epi16(vals, (__mmask16)((1u << c) - 1), h);
         vals += c;
@@ -283,8 +359,8 @@ void kvc_bitmap_pack_avx512(const float *x, const uint64_t *mask, int d, uint64_
 }
 
 void kvc_bitmap_register_avx512(kvc_bitmap_kernels *k) {
-    k->qk = kvc_qk_bitmap_f16_avx512;
-    k->pv = kvc_pv_bitmap_f16_avx512;
+    k->qk = kvc_qk_bitmap_avx512;
+    k->pv = kvc_pv_bitmap_avx512;
     k->pack = kvc_bitmap_pack_avx512;
 }
 

@@ -1,5 +1,5 @@
 /* Bitmap tile codec (MUSTAFAR §3, Figure 5b, Appendix C): packing of pruned
- * tokens into 64-channel tiles (64-bit bitmap + f16 kept values), unpacking,
+ * tokens into 64-channel tiles (64-bit bitmap + f16 or bf16 kept values), unpacking,
  * and the scalar reference kernels that compute q·k and p·v directly on the
  * tiles. Layout and its justification: docs/formats.md "Bitmap tiles". */
 #include "kv/codec/bitmap.h"
@@ -12,7 +12,8 @@
 #include "kv/blob_arena.h"
 #include "kv/codec/prune.h"
 
-void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
+void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, int bf16, uint64_t *bits,
+                            uint16_t *vals) {
     int nt = kvc_bitmap_tiles(d), w = 0;
     for (int t = 0; t < nt; t++) {
         uint64_t m = mask[t];
@@ -20,25 +21,25 @@ void kvc_bitmap_pack_scalar(const float *x, const uint64_t *mask, int d, uint64_
         bits[t] = m;
         while (m) {
             int c = t * 64 + __builtin_ctzll(m);
-            vals[w++] = kvc_f32_to_f16(x[c]);
+            vals[w++] = kvc_bitmap_narrow(x[c], bf16);
             m &= m - 1;
         }
     }
 }
 
-void kvc_bitmap_unpack(const uint64_t *bits, const kvc_f16 *vals, int d, float *x) {
+void kvc_bitmap_unpack(const uint64_t *bits, const uint16_t *vals, int d, int bf16, float *x) {
     int nt = kvc_bitmap_tiles(d), r = 0;
     for (int c = 0; c < d; c++) x[c] = 0.0f;
     for (int t = 0; t < nt; t++) {
         uint64_t m = bits[t];
         while (m) {
-            x[t * 64 + __builtin_ctzll(m)] = kvc_f16_to_f32(vals[r++]);
+            x[t * 64 + __builtin_ctzll(m)] = kvc_bitmap_widen(vals[r++], bf16);
             m &= m - 1;
         }
     }
 }
 
-void kvc_qk_bitmap_f16_scalar(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
+void kvc_qk_bitmap_scalar(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
                               float *s, int lds) {
     int d = k->d, nt = kvc_bitmap_tiles(d);
     for (int h0 = 0; h0 < g; h0 += KVC_BITMAP_MAX_G) { /* heads in blocks of MAX_G */
@@ -46,13 +47,13 @@ void kvc_qk_bitmap_f16_scalar(const kvc_bitmap_view *k, int n, const float *q, i
         const float *qb = q + (size_t)h0 * ldq;
         for (int i = 0; i < n; i++) {
             const uint64_t *bits = k->bits + (size_t)i * nt;
-            const kvc_f16 *vals = k->vals + (size_t)i * k->keep;
+            const uint16_t *vals = k->vals + (size_t)i * k->keep;
             float acc[KVC_BITMAP_MAX_G] = {0};
             for (int t = 0; t < nt; t++) {
                 uint64_t m = bits[t];
                 while (m) {
                     int c = t * 64 + __builtin_ctzll(m);
-                    float x = kvc_f16_to_f32(*vals++);
+                    float x = kvc_bitmap_widen(*vals++, k->bf16);
                     for (int h = 0; h < gb; h++) acc[h] += qb[(size_t)h * ldq + c] * x;
                     m &= m - 1;
                 }
@@ -62,17 +63,17 @@ void kvc_qk_bitmap_f16_scalar(const kvc_bitmap_view *k, int n, const float *q, i
     }
 }
 
-void kvc_pv_bitmap_f16_scalar(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
+void kvc_pv_bitmap_scalar(const kvc_bitmap_view *v, int n, const float *p, int g, int ldp,
                               float *o, int ldo) {
     int d = v->d, nt = kvc_bitmap_tiles(d);
     for (int i = 0; i < n; i++) {
         const uint64_t *bits = v->bits + (size_t)i * nt;
-        const kvc_f16 *vals = v->vals + (size_t)i * v->keep;
+        const uint16_t *vals = v->vals + (size_t)i * v->keep;
         for (int t = 0; t < nt; t++) {
             uint64_t m = bits[t];
             while (m) {
                 int c = t * 64 + __builtin_ctzll(m);
-                float x = kvc_f16_to_f32(*vals++);
+                float x = kvc_bitmap_widen(*vals++, v->bf16);
                 for (int h = 0; h < g; h++) o[(size_t)h * ldo + c] += p[(size_t)h * ldp + i] * x;
                 m &= m - 1;
             }
@@ -80,28 +81,33 @@ void kvc_pv_bitmap_f16_scalar(const kvc_bitmap_view *v, int n, const float *p, i
     }
 }
 
-const kvc_bitmap_kernels kvc_bitmap_ref = {kvc_qk_bitmap_f16_scalar, kvc_pv_bitmap_f16_scalar,
+const kvc_bitmap_kernels kvc_bitmap_ref = {kvc_qk_bitmap_scalar, kvc_pv_bitmap_scalar,
                                            kvc_bitmap_pack_scalar};
-kvc_bitmap_kernels kvc_bitmap_k = {kvc_qk_bitmap_f16_scalar, kvc_pv_bitmap_f16_scalar,
+kvc_bitmap_kernels kvc_bitmap_k = {kvc_qk_bitmap_scalar, kvc_pv_bitmap_scalar,
                                    kvc_bitmap_pack_scalar};
 
-void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, uint64_t *bits, kvc_f16 *vals) {
-    kvc_bitmap_k.pack(x, mask, d, bits, vals);
+void kvc_bitmap_pack(const float *x, const uint64_t *mask, int d, int bf16, uint64_t *bits,
+                     uint16_t *vals) {
+    kvc_bitmap_k.pack(x, mask, d, bf16, bits, vals);
 }
 
 /* ---- codec ----------------------------------------------------------------- */
 
 /* One allocation: this header, bits [n][nt], vals [n][keep] + KVC_BITMAP_PAD. */
 typedef struct bitmap_blob {
-    int n, d, keep, nt;
+    int n, d, keep, nt, bf16;
     uint64_t *bits;
-    kvc_f16 *vals;
+    uint16_t *vals;
     size_t alloc; /* bytes of the allocation */
 } bitmap_blob;
 
+/* The value type comes from the codec (ops), not the cfg: a blob's name
+ * always says how its values are stored. */
+static int is_bf16(const kvc_codec *c) { return c->ops == &kvc_codec_bitmap_bf16; }
+
 static kvc_status bm_encode(const kvc_codec *c, const float *x, int n, int ld, void **out) {
     const kvc_bitmap_cfg *cfg = c->cfg;
-    int d = c->dim, keep = cfg->keep, nt = kvc_bitmap_tiles(d);
+    int d = c->dim, keep = cfg->keep, nt = kvc_bitmap_tiles(d), bf16 = is_bf16(c);
     *out = NULL;
     KVC_CHECK(d >= 1 && d <= KVC_BITMAP_MAX_D, KVC_ERR_ARG, "bitmap codec: dim %d outside [1, %d]",
               d, KVC_BITMAP_MAX_D);
@@ -109,7 +115,7 @@ static kvc_status bm_encode(const kvc_codec *c, const float *x, int n, int ld, v
     KVC_CHECK(n >= 0, KVC_ERR_ARG, "bitmap codec: %d tokens", n);
     size_t hdr = (sizeof(bitmap_blob) + 63) & ~(size_t)63;
     size_t nbits = (size_t)n * nt * sizeof(uint64_t);
-    size_t nvals = (size_t)n * keep * sizeof(kvc_f16);
+    size_t nvals = (size_t)n * keep * sizeof(uint16_t);
     size_t alloc = (hdr + nbits + nvals + KVC_BITMAP_PAD + 63) & ~(size_t)63;
     char *mem = kvc_blob_alloc(alloc);
     if (!mem) return kvc_fail(KVC_ERR_NOMEM, "bitmap blob of %d tokens (%zu bytes)", n, alloc);
@@ -118,15 +124,16 @@ static kvc_status bm_encode(const kvc_codec *c, const float *x, int n, int ld, v
     b->d = d;
     b->keep = keep;
     b->nt = nt;
+    b->bf16 = bf16;
     b->bits = (uint64_t *)(mem + hdr);
-    b->vals = (kvc_f16 *)(mem + hdr + nbits);
+    b->vals = (uint16_t *)(mem + hdr + nbits);
     b->alloc = alloc;
     memset(mem + hdr + nbits + nvals, 0, alloc - hdr - nbits - nvals); /* padding */
     uint64_t mask[KVC_BITMAP_MAX_D / 64];
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * ld;
         kvc_prune_topk(xi, d, keep, mask);
-        kvc_bitmap_pack(xi, mask, d, b->bits + (size_t)i * nt, b->vals + (size_t)i * keep);
+        kvc_bitmap_pack(xi, mask, d, bf16, b->bits + (size_t)i * nt, b->vals + (size_t)i * keep);
     }
     *out = b;
     return KVC_OK;
@@ -140,7 +147,7 @@ static int bm_count(const kvc_codec *c, const void *blob) {
 kvc_bitmap_view kvc_bitmap_blob_view(const void *blob, int begin) {
     const bitmap_blob *b = blob;
     kvc_bitmap_view v = {b->bits + (size_t)begin * b->nt, b->vals + (size_t)begin * b->keep, b->d,
-                         b->keep};
+                         b->keep, b->bf16};
     return v;
 }
 
@@ -164,16 +171,16 @@ static void bm_decode(const kvc_codec *c, const void *blob, int begin, int end, 
     (void)c;
     const bitmap_blob *b = blob;
     for (int i = begin; i < end; i++)
-        kvc_bitmap_unpack(b->bits + (size_t)i * b->nt, b->vals + (size_t)i * b->keep, b->d,
+        kvc_bitmap_unpack(b->bits + (size_t)i * b->nt, b->vals + (size_t)i * b->keep, b->d, b->bf16,
                           x + (size_t)(i - begin) * ld);
 }
 
-/* payload: the kept f16 values; meta: bitmaps, header, padding (no offsets are
+/* payload: the kept 16-bit values; meta: bitmaps, header, padding (no offsets are
  * stored: token t's values start at t * keep). */
 static void bm_bytes(const kvc_codec *c, const void *blob, uint64_t *payload, uint64_t *meta) {
     (void)c;
     const bitmap_blob *b = blob;
-    *payload = (uint64_t)b->n * b->keep * sizeof(kvc_f16);
+    *payload = (uint64_t)b->n * b->keep * sizeof(uint16_t);
     *meta = b->alloc - *payload;
 }
 
@@ -185,6 +192,18 @@ static void bm_free(const kvc_codec *c, void *blob) {
 const kvc_codec_ops kvc_codec_bitmap_f16 = {
     .name = "bitmap_f16",
     .granule = 4, /* the AVX-512 q·k reduces four tokens at a time */
+    .encode = bm_encode,
+    .count = bm_count,
+    .qk = bm_qk,
+    .pv = bm_pv,
+    .decode = bm_decode,
+    .bytes = bm_bytes,
+    .free = bm_free,
+};
+
+const kvc_codec_ops kvc_codec_bitmap_bf16 = {
+    .name = "bitmap_bf16",
+    .granule = 4,
     .encode = bm_encode,
     .count = bm_count,
     .qk = bm_qk,

@@ -27,6 +27,7 @@ static const kvc_codec_ops *const codecs[] = {
     &kvc_codec_f16,
     &kvc_codec_bf16,
     &kvc_codec_bitmap_f16,
+    &kvc_codec_bitmap_bf16,
     &kvc_codec_bitmap_quant_k,
     &kvc_codec_bitmap_quant_v,
     &kvc_codec_chanprune_f16,
