@@ -26,7 +26,7 @@
  * timed the same within noise (docs/benchmarks.md, MUSTAFAR, 2026-11-26); the
  * software prefetch stays as cheap insurance on machines whose prefetcher
  * tracks fewer streams. */
-enum { PF_TOK = 192 };
+enum { PF_TOK = 96 };
 
 /* Prefetches the bits and values of tokens [i + PF_TOK, i + PF_TOK + 4):
  * 4 * keep * 2 bytes of values (3 lines cover up to 192 bytes, keep <= 24;
@@ -48,12 +48,16 @@ ALWAYS_INLINE void prefetch4(const kvc_bitmap_view *v, int nt, size_t i) {
  * channel order. bf16 (BF = 1): a bf16 in the upper half of a 32-bit lane is
  * that f32, so the even channels are the lanes shifted up and the odd ones
  * the lanes with the lower half cleared (the order of the file comment). */
-ALWAYS_INLINE const uint16_t *expand_tile(const uint16_t *p, uint64_t m, __m512 f[4], const int BF) {
-    __mmask32 m0 = (__mmask32)m, m1 = (__mmask32)(m >> 32);
+ALWAYS_INLINE const uint16_t *expand_tile(const uint16_t *p, const uint64_t *bits, __m512 f[4],
+                                          const int BF) {
+    /* the masks straight from memory (KMOVD k, m32 is a load; from a general
+     * register it would take the vector shuffle port the expands need) */
+    __mmask32 m0 = _load_mask32((__mmask32 *)bits), m1 = _load_mask32((__mmask32 *)bits + 1);
+    uint64_t m = *bits;
     __m512i x0 = _mm512_maskz_expandloadu_epi16(m0, p);
-    p += __builtin_popcount((unsigned)m0);
+    p += __builtin_popcount((unsigned)m);
     __m512i x1 = _mm512_maskz_expandloadu_epi16(m1, p);
-    p += __builtin_popcount((unsigned)m1);
+    p += __builtin_popcount((unsigned)(m >> 32));
     if (BF) {
         const __m512i upper = _mm512_set1_epi32((int)0xffff0000u);
         f[0] = _mm512_castsi512_ps(_mm512_slli_epi32(x0, 16));
@@ -92,7 +96,7 @@ ALWAYS_INLINE void token_dot(const kvc_bitmap_view *k, int nt, size_t tok,
     const uint16_t *vp = k->vals + tok * (size_t)k->keep;
     for (int t = 0; t < nt; t++) {
         __m512 f[4];
-        vp = expand_tile(vp, bits[t], f, BF);
+        vp = expand_tile(vp, bits + t, f, BF);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             const float *qt = qs[h] + t * 64;
@@ -127,6 +131,29 @@ ALWAYS_INLINE __m512 reduce16(const __m512 a[16]) {
     return fold(d[0], d[1], 0xAAAA, i32);
 }
 
+/* The same sums for 12 vectors (G = 3: 4 tokens x 3 heads), lane j = sum of
+ * a[j] for j < 12 (lanes 12-15 undefined). reduce16 on 12 live vectors would
+ * spend a quarter of its folds on zeros; here the vectors pair as a[j] with
+ * a[j+6], then b[j] with b[j+3], the odd one out folds with itself, and one
+ * permute puts the 12 sums in order: 11 folds and a permute instead of 15
+ * folds. Before the permute, the lanes 4k, 4k+2, 4k+1 hold the sums of
+ * a[3k], a[3k+1], a[3k+2]. */
+ALWAYS_INLINE __m512 reduce12(const __m512 a[12]) {
+    const __m512i i256 = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23);
+    const __m512i i128 = _mm512_setr_epi32(4, 5, 6, 7, 16, 17, 18, 19, 12, 13, 14, 15, 24, 25, 26, 27);
+    const __m512i i64 = _mm512_setr_epi32(2, 3, 16, 17, 6, 7, 20, 21, 10, 11, 24, 25, 14, 15, 28, 29);
+    const __m512i i32 = _mm512_setr_epi32(1, 16, 3, 18, 5, 20, 7, 22, 9, 24, 11, 26, 13, 28, 15, 30);
+    const __m512i order = _mm512_setr_epi32(0, 2, 1, 4, 6, 5, 8, 10, 9, 12, 14, 13, 3, 7, 11, 15);
+    __m512 b[6], c[3];
+#pragma GCC unroll 6
+    for (int j = 0; j < 6; j++) b[j] = fold(a[j], a[j + 6], 0xFF00, i256);
+#pragma GCC unroll 3
+    for (int j = 0; j < 3; j++) c[j] = fold(b[j], b[j + 3], 0xF0F0, i128);
+    __m512 d0 = fold(c[0], c[1], 0xCCCC, i64);
+    __m512 d1 = _mm512_add_ps(c[2], _mm512_permutexvar_ps(i64, c[2])); /* fold(c2, c2) */
+    return _mm512_permutexvar_ps(order, fold(d0, d1, 0xAAAA, i32));
+}
+
 /* Heads [0, G) with G a compile-time constant after inlining. qs: per head a
  * pointer to nt*64 floats in the lane order of BF (the tail tile zero-padded).
  * Four tokens at a time: 4 x G accumulators, reduced together by one tree
@@ -150,7 +177,7 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, co
             for (int h = 0; h < G; h++) a[h * 4 + tt] = acc[h];
         }
         _Alignas(64) float r[16];
-        _mm512_store_ps(r, reduce16(a));
+        _mm512_store_ps(r, G == 3 ? reduce12(a) : reduce16(a));
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) memcpy(scores + (size_t)h * ld + i, r + 4 * h, 16);
     }
@@ -225,7 +252,7 @@ ALWAYS_INLINE void pv_tile(const kvc_bitmap_view *v, int t, const float *p, cons
         const uint16_t *vp = v->vals + (size_t)i * v->keep;
         for (int u = 0; u < t; u++) vp += __builtin_popcountll(bits[u]);
         __m512 f[4];
-        expand_tile(vp, bits[t], f, BF);
+        expand_tile(vp, bits + t, f, BF);
 #pragma GCC unroll 4
         for (int h = 0; h < G; h++) {
             __m512 w = _mm512_set1_ps(p[(size_t)h * ld + i]);
