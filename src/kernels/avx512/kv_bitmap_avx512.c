@@ -73,19 +73,31 @@ ALWAYS_INLINE const uint16_t *expand_tile(const uint16_t *p, const uint64_t *bit
     return p;
 }
 
-/* The bf16 lane order of one 64-channel tile (see the file comment): lane
- * order position j holds channel tile_channel(j). */
-static int tile_channel(int j) { return (j & 32) + 2 * (j & 15) + ((j >> 4) & 1); }
-
-/* Query row q (d channels) as nt tiles of 64 in the kernel's lane order,
- * zero-padded past d. */
+/* Query row q (d channels) as nt tiles of 64 floats, zero-padded past d, in
+ * the lane order of BF (the file comment): per tile four masked loads and,
+ * for bf16, four permutes (the kernels are called per chunk, often 64 tokens,
+ * so this runs once per 64 tokens and must stay small against them). */
 static void order_query(const float *q, int d, int BF, float *r) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     int nt = kvc_bitmap_tiles(d);
-    for (int t = 0; t < nt; t++)
-        for (int j = 0; j < 64; j++) {
-            int c = t * 64 + (BF ? tile_channel(j) : j);
-            r[t * 64 + j] = c < d ? q[c] : 0.0f;
+    for (int t = 0; t < nt; t++) {
+        __m512 x[4];
+        for (int j = 0; j < 4; j++) {
+            int left = d - t * 64 - 16 * j;
+            __mmask16 m = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            x[j] = _mm512_maskz_loadu_ps(m, q + t * 64 + 16 * j);
         }
+        float *o = r + t * 64;
+        if (BF) {
+            _mm512_storeu_ps(o, _mm512_permutex2var_ps(x[0], even, x[1]));
+            _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(x[0], odd, x[1]));
+            _mm512_storeu_ps(o + 32, _mm512_permutex2var_ps(x[2], even, x[3]));
+            _mm512_storeu_ps(o + 48, _mm512_permutex2var_ps(x[2], odd, x[3]));
+        } else {
+            for (int j = 0; j < 4; j++) _mm512_storeu_ps(o + 16 * j, x[j]);
+        }
+    }
 }
 
 /* acc[h] += the lanes whose sum is q_h . K[tok] (G heads), one FMA chain per
@@ -282,6 +294,17 @@ ALWAYS_INLINE void pv_block(const kvc_bitmap_view *v, int t, const float *ph, in
     }
 }
 
+/* o[c] += part[c] for the tile's first min(w, 64) channels (masked past d). */
+ALWAYS_INLINE void add_tile(float *o, const float *part, int w) {
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        int left = w - 16 * j;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + 16 * j), _mm512_loadu_ps(part + 16 * j));
+        _mm512_mask_storeu_ps(o + 16 * j, m, x);
+    }
+}
+
 void kvc_pv_bitmap_avx512(const kvc_bitmap_view *v, int n, const float *p, int g, int ld,
                           float *out, int ldo) {
     int d = v->d, nt = kvc_bitmap_tiles(d);
@@ -294,11 +317,7 @@ void kvc_pv_bitmap_avx512(const kvc_bitmap_view *v, int n, const float *p, int g
                 pv_block(v, t, ph, gb, ld, n, &part[0][0], 1);
             else
                 pv_block(v, t, ph, gb, ld, n, &part[0][0], 0);
-            int w = d - t * 64 < 64 ? d - t * 64 : 64;
-            for (int h = 0; h < gb; h++) {
-                float *o = out + (size_t)(h0 + h) * ldo + t * 64;
-                for (int c = 0; c < w; c++) o[c] += part[h][c];
-            }
+            for (int h = 0; h < gb; h++) add_tile(out + (size_t)(h0 + h) * ldo + t * 64, part[h], d - t * 64);
         }
     }
 }
