@@ -105,6 +105,7 @@ static void run(const char *spec, double budget, double recent, double sk, doubl
         }
     }
     /* surviving sealed tokens: stored as the base stores them */
+    int bf16_tiles = strstr(spec, "mustafar") && !strstr(spec, "dtype=f16");
     int kk = kvc_prune_keep_count(sk, D), kv = kvc_prune_keep_count(sv, D);
     float dk[D], dv[D];
     uint64_t m;
@@ -120,9 +121,12 @@ static void run(const char *spec, double budget, double recent, double sk, doubl
                     const float *orig = (side ? v : k) + ((size_t)p * NKV + h) * D;
                     float held[D]; /* as the f16 hot window held the token */
                     for (int j = 0; j < D; j++) held[j] = kvc_f16_to_f32(kvc_f32_to_f16(orig[j]));
-                    kvc_prune_topk(held, D, side ? kv : kk, &m);
+                    int keep = side ? kv : kk;
+                    kvc_prune_topk(held, D, keep, &m);
                     for (int j = 0; j < D; j++) {
-                        float want = (m >> j & 1) ? held[j] : 0.0f;
+                        /* mustafar's bitmap tiles hold bf16 unless dtype=f16; dense sides f16 */
+                        float kept = keep < D && bf16_tiles ? kvc_bf16_to_f32(kvc_f32_to_bf16(held[j])) : held[j];
+                        float want = (m >> j & 1) ? kept : 0.0f;
                         assert_true((side ? dv : dk)[j] == want);
                     }
                 }

@@ -48,7 +48,7 @@ static void test_methods_threads(void **state) {
     const char *specs[] = {
         "full:f32",           "full:f16,block=16",     "kivi:bits=2,window=8,group=16",
         "kivi:bits=3",        kvmix,                   "mustafar:window=8,block=8",
-        "mustafar:window=8,block=8,dtype=bf16",        "mustafar:window=8,block=8+kivi:bits=4",       "mustafar:window=8,block=8+h2o:0.5",
+        "mustafar:window=8,block=8,dtype=f16",         "mustafar:window=8,block=8+kivi:bits=4",       "mustafar:window=8,block=8+h2o:0.5",
         "h2o:0.5,block=8",    "think:0.5,window=8,block=8,obs=4",
         "quest:0.3,page=4,dense=1,block=16", "streaming:0.3,block=8",
         "sentkv:0.3,L=6,delta=3,recent=4,block=16",

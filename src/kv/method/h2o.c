@@ -19,8 +19,8 @@
  *
  * As a base it stores sealed chunks dense f16 (dtype) in blocks; as a modifier
  * ("mustafar:...+h2o:budget=0.2") it only evicts, and the base's chunks stay
- * as they are: re-encoding a bitmap_f16 chunk from its decoded rows is exact
- * (the kept values are the only non-zeros and are already f16). Tokens in the
+ * as they are: re-encoding a bitmap chunk from its decoded rows is exact
+ * (the kept values are the only non-zeros and already bf16 or f16). Tokens in the
  * hot window are never evicted (they count as recent), nor are the tokens of
  * a sink chunk (`+sinks`), which count within the budget. */
 #include <math.h>

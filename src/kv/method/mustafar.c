@@ -8,10 +8,11 @@
  * Compositions (§4.2): "+kivi" quantizes the kept values with KIVI's bits and
  * group (codec/bitmap_quant.c: prune, then quantize); "+h2o" evicts tokens by
  * accumulated attention on top (h2o.c; the surviving tokens stay pruned).
- * A side with sparsity 0 is stored dense (or KIVI-quantized with +kivi), as
- * the paper's K0 / V0 rows keep that side unpruned. Values are f16 as in the
- * paper, or bf16 (dtype=bf16), which the AVX-512 kernels widen with a shift
- * instead of a conversion (docs/methods.md "mustafar"). */
+ * A side with sparsity 0 is stored dense f16 (or KIVI-quantized with +kivi),
+ * as the paper's K0 / V0 rows keep that side unpruned. The tiles' kept values
+ * are bf16 by default, which the AVX-512 kernels widen with a shift instead
+ * of a conversion, at the same quality as the paper's f16 (dtype=f16;
+ * docs/methods.md "mustafar"). */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@ typedef struct mustafar_cfg {
     int window;   /* dense local window (tokens) */
     int block;    /* tokens pruned and compressed together */
     int outaware; /* K scored by |k| * sum|q| over the window's queries */
-    int dtype;    /* kept values: 0 f16, 1 bf16 (the order of "choices") */
+    int dtype;    /* bitmap tiles' values: 0 bf16, 1 f16 (the order of "choices") */
 } mustafar_cfg;
 
 static const kvc_param mustafar_params[] = {
@@ -44,9 +45,9 @@ static const kvc_param mustafar_params[] = {
      .min = 1, .max = 65536, .help = "tokens leaving the window are compressed in blocks of this many"},
     {.key = "outaware", .type = KVC_PARAM_BOOL, .offset = offsetof(mustafar_cfg, outaware),
      .def = "0", .help = "prune keys by |k| * sum |q| over the queries seen in the window (§2.1)"},
-    {.key = "dtype", .type = KVC_PARAM_ENUM, .offset = offsetof(mustafar_cfg, dtype), .def = "f16",
-     .choices = "f16|bf16",
-     .help = "element type of the kept values (and of an unpruned side); +kivi quantizes them instead"},
+    {.key = "dtype", .type = KVC_PARAM_ENUM, .offset = offsetof(mustafar_cfg, dtype), .def = "bf16",
+     .choices = "bf16|f16",
+     .help = "element type of the kept values in the bitmap tiles (f16: the paper's); +kivi quantizes them"},
 };
 
 /* Per cache: the codec instances every sealed chunk uses. */
@@ -100,9 +101,8 @@ static kvc_status mustafar_create(const kvc_method_env *env, void **state) {
     for (int i = 1; i < env->n_stack; i++)
         if (strcmp(env->stack[i]->name, "kivi") == 0) kivi = i;
     if (kivi < 0) {
-        int bf16 = st->cfg.dtype == 1;
-        kvc_codec dense = {.ops = bf16 ? &kvc_codec_bf16 : &kvc_codec_f16, .dim = st->dim, .cfg = NULL};
-        const kvc_codec_ops *bitmap = bf16 ? &kvc_codec_bitmap_bf16 : &kvc_codec_bitmap_f16;
+        kvc_codec dense = {.ops = &kvc_codec_f16, .dim = st->dim, .cfg = NULL};
+        const kvc_codec_ops *bitmap = st->cfg.dtype == 0 ? &kvc_codec_bitmap_bf16 : &kvc_codec_bitmap_f16;
         st->bk.keep = st->keep_k;
         st->bv.keep = st->keep_v;
         st->kc = st->keep_k < st->dim ? (kvc_codec){.ops = bitmap, .dim = st->dim, .cfg = &st->bk} : dense;
