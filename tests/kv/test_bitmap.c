@@ -1,6 +1,6 @@
 /* MUSTAFAR pruning and bitmap tiles (the MUSTAFAR paper §2, §3): every vector keeps
  * exactly round((1-s)·D) elements, the largest by |score|, ties to the lower
- * index; packing round-trips the kept values exactly (as f16); the active
+ * index; packing round-trips the kept values exactly (as f16 or bf16); the active
  * ISA's qk / pv kernels agree with the scalar references on random and
  * adversarial inputs (zeros, huge outliers, head sizes that are not multiples
  * of 64, token counts that are not multiples of 4 or 64, 1..39 query heads).

@@ -2,8 +2,9 @@
  * instruction, so each byte of a tile's bitmap (8 channels) selects a PSHUFB
  * pattern from a 256-entry table that spreads the next popcount(byte) packed
  * 16-bit values to their channels (zeros elsewhere); VCVTPH2PS widens f16
- * values to 8 f32, a zero-extension and a shift bf16 values. Where each chunk's values start comes from the mask at once
- * (kvc_piece_offsets), not from a pointer advanced chunk by chunk. As in the dense
+ * values to 8 f32, a zero-extension and a shift bf16 values. Where each
+ * chunk's values start comes from the mask at once (kvc_piece_offsets), not
+ * from a pointer advanced chunk by chunk. As in the dense
  * AVX2 kernels, heads go in blocks of up to 3 with compile-time block shapes so
  * the accumulators stay in registers: q·k 4 tokens x 3 heads, p·v half a tile
  * (4 chunks) x 3 heads. The 16-byte loads may run past the last value: buffers

@@ -21,11 +21,10 @@
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
 /* Prefetch distance in tokens for the two streams (bits, vals), one prefetch
- * round per 4 tokens. On this machine the hardware prefetcher already keeps
- * up with both sequential streams: 0, 64, 192, 512 and 1024 tokens ahead
- * timed the same within noise (docs/benchmarks.md, MUSTAFAR, 2026-11-26); the
- * software prefetch stays as cheap insurance on machines whose prefetcher
- * tracks fewer streams. */
+ * round per 4 tokens. On the Sapphire Rapids class VM of 2026-11-26 the
+ * distance made no difference (0 to 1024 tokens); on the Xeon VM of
+ * 2026-12-07 (night) 48-96 tokens ahead ran a few per cent faster than 192
+ * and 768 slower (docs/benchmarks.md, MUSTAFAR, "bf16 values"). */
 enum { PF_TOK = 96 };
 
 /* Prefetches the bits and values of tokens [i + PF_TOK, i + PF_TOK + 4):
@@ -75,8 +74,8 @@ ALWAYS_INLINE const uint16_t *expand_tile(const uint16_t *p, const uint64_t *bit
 
 /* Query row q (d channels) as nt tiles of 64 floats, zero-padded past d, in
  * the lane order of BF (the file comment): per tile four masked loads and,
- * for bf16, four permutes (the kernels are called per chunk, often 64 tokens,
- * so this runs once per 64 tokens and must stay small against them). */
+ * for bf16, four permutes. It runs once per call, and the driver calls per
+ * tile of at most 256 tokens, so it must stay small against them. */
 static void order_query(const float *q, int d, int BF, float *r) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);

@@ -189,26 +189,13 @@ static void bm_free(const kvc_codec *c, void *blob) {
     kvc_blob_free(blob);
 }
 
-const kvc_codec_ops kvc_codec_bitmap_f16 = {
-    .name = "bitmap_f16",
-    .granule = 4, /* the AVX-512 q·k reduces four tokens at a time */
-    .encode = bm_encode,
-    .count = bm_count,
-    .qk = bm_qk,
-    .pv = bm_pv,
-    .decode = bm_decode,
-    .bytes = bm_bytes,
-    .free = bm_free,
-};
-
-const kvc_codec_ops kvc_codec_bitmap_bf16 = {
-    .name = "bitmap_bf16",
-    .granule = 4,
-    .encode = bm_encode,
-    .count = bm_count,
-    .qk = bm_qk,
-    .pv = bm_pv,
-    .decode = bm_decode,
-    .bytes = bm_bytes,
-    .free = bm_free,
-};
+/* The two codecs differ only in their name, which says how the values are
+ * stored (is_bf16). */
+#define BITMAP_CODEC(NAME)                                                                         \
+    {                                                                                              \
+        .name = NAME, .granule = 4, /* the AVX-512 q·k reduces four tokens at a time */           \
+        .encode = bm_encode, .count = bm_count, .qk = bm_qk, .pv = bm_pv, .decode = bm_decode,    \
+        .bytes = bm_bytes, .free = bm_free,                                                        \
+    }
+const kvc_codec_ops kvc_codec_bitmap_f16 = BITMAP_CODEC("bitmap_f16");
+const kvc_codec_ops kvc_codec_bitmap_bf16 = BITMAP_CODEC("bitmap_bf16");
