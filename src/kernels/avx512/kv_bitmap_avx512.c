@@ -212,13 +212,19 @@ ALWAYS_INLINE void qk_block(const kvc_bitmap_view *k, const float *const *qs, in
     }
 }
 
+/* Heads in the next q·k block when rem are left: up to 4, but 5 and 6 go as
+ * 3 + 2 and 3 + 3 (every block reads the keys once either way; three heads
+ * fill the 12-vector tree, where 4 + 1 or 4 + 2 would leave a 16-vector tree
+ * three quarters or half empty). */
+static int qk_block_heads(int rem) { return rem == 5 || rem == 6 ? 3 : rem < 4 ? rem : 4; }
+
 void kvc_qk_bitmap_avx512(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
                           float *scores, int ld) {
     int d = k->d, nt = kvc_bitmap_tiles(d);
     /* f16 full tiles read q in place; a ragged d or bf16's lane order reads a copy */
     _Alignas(64) float rows[4 * KVC_BITMAP_MAX_D];
-    for (int h0 = 0; h0 < g; h0 += 4) {
-        int gb = g - h0 < 4 ? g - h0 : 4;
+    for (int h0 = 0, gb; h0 < g; h0 += gb) {
+        gb = qk_block_heads(g - h0);
         const float *qs[4];
         for (int h = 0; h < gb; h++) {
             const float *qh = q + (size_t)(h0 + h) * ldq;
