@@ -83,8 +83,7 @@ static void order_query(const float *q, int d, int BF, float *r) {
     for (int t = 0; t < nt; t++) {
         __m512 x[4];
         for (int j = 0; j < 4; j++) {
-            int left = d - t * 64 - 16 * j;
-            __mmask16 m = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+            __mmask16 m = kvc_lanes16_avx512(t * 64 + 16 * j, 0, d);
             x[j] = _mm512_maskz_loadu_ps(m, q + t * 64 + 16 * j);
         }
         float *o = r + t * 64;
@@ -303,8 +302,7 @@ ALWAYS_INLINE void pv_block(const kvc_bitmap_view *v, int t, const float *ph, in
 ALWAYS_INLINE void add_tile(float *o, const float *part, int w) {
 #pragma GCC unroll 4
     for (int j = 0; j < 4; j++) {
-        int left = w - 16 * j;
-        __mmask16 m = left >= 16 ? (__mmask16)0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+        __mmask16 m = kvc_lanes16_avx512(16 * j, 0, w);
         __m512 x = _mm512_add_ps(_mm512_maskz_loadu_ps(m, o + 16 * j), _mm512_loadu_ps(part + 16 * j));
         _mm512_mask_storeu_ps(o + 16 * j, m, x);
     }

@@ -171,8 +171,8 @@ static void bm_decode(const kvc_codec *c, const void *blob, int begin, int end, 
     (void)c;
     const bitmap_blob *b = blob;
     for (int i = begin; i < end; i++)
-        kvc_bitmap_unpack(b->bits + (size_t)i * b->nt, b->vals + (size_t)i * b->keep, b->d, b->bf16,
-                          x + (size_t)(i - begin) * ld);
+        kvc_bitmap_unpack(b->bits + (size_t)i * b->nt, b->vals + (size_t)i * b->keep, b->d,
+                          b->bf16, x + (size_t)(i - begin) * ld);
 }
 
 /* payload: the kept 16-bit values; meta: bitmaps, header, padding (no offsets are

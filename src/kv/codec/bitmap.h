@@ -6,9 +6,10 @@
  * (bit c%64 set when channel c is kept) and the kept values follow as 16-bit
  * floats in channel order: f16 ("bitmap_f16", the paper's) or bfloat16
  * ("bitmap_bf16": widening bf16 to f32 is a shift, so the AVX-512 kernels
- * skip VCVTPH2PS; docs/formats.md "Bitmap tiles"). Every token keeps exactly `keep` values, so token t's values
- * start at t * keep and no per-tile offset array is stored: a tile's start
- * inside its token is the popcount of the earlier tiles' bitmaps.
+ * skip VCVTPH2PS; docs/formats.md "Bitmap tiles"). Every token keeps exactly
+ * `keep` values, so token t's values start at t * keep and no per-tile offset
+ * array is stored: a tile's start inside its token is the popcount of the
+ * earlier tiles' bitmaps.
  *
  *   bits [n][nt] u64      vals [n][keep] f16|bf16      + KVC_BITMAP_PAD readable bytes
  *
