@@ -1,14 +1,17 @@
 /* AVX2 kernels for bitmap tiles (MUSTAFAR §3, Appendix C). AVX2 has no expand
- * instruction, so each byte of a tile's bitmap (8 channels) selects a PSHUFB
- * pattern from a 256-entry table that spreads the next popcount(byte) packed
- * 16-bit values to their channels (zeros elsewhere); VCVTPH2PS widens f16
- * values to 8 f32, a zero-extension and a shift bf16 values. Where each
- * chunk's values start comes from the mask at once (kvc_piece_offsets), not
- * from a pointer advanced chunk by chunk. As in the dense
- * AVX2 kernels, heads go in blocks of up to 3 with compile-time block shapes so
- * the accumulators stay in registers: q·k 4 tokens x 3 heads, p·v half a tile
- * (4 chunks) x 3 heads. The 16-byte loads may run past the last value: buffers
- * carry KVC_BITMAP_PAD readable bytes. Scalar reference: src/kv/codec/bitmap.c. */
+ * instruction, so each byte of a tile's bitmap (8 channels, a "piece") selects
+ * a PSHUFB pattern from a 256-entry table that spreads the piece's packed
+ * 16-bit values to their channels (zeros elsewhere): f16 then widens with
+ * VCVTPH2PS, bf16 needs nothing (its pattern puts each value in the high half
+ * of its 32-bit lane). Tokens go in blocks of 48: for each tile of a block the
+ * pieces' value and pattern offsets are first decoded 4 tokens at a time with
+ * vector popcounts and prefix sums into a small L1 index, then the compute
+ * loops load them as integers (the per-piece scalar shifts and masks this
+ * replaced cost ~170 instructions per token and KV head; now ~105). Heads go
+ * in blocks of up to 3 with compile-time shapes so the accumulators stay in
+ * registers: q·k 3 tokens x 3 heads, p·v 3 pieces x 3 heads. The 16-byte
+ * loads may run past the last value: buffers carry KVC_BITMAP_PAD readable
+ * bytes. Scalar reference: src/kv/codec/bitmap.c. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <string.h>
@@ -19,197 +22,254 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-static _Alignas(16) uint8_t spread_lut[256][16];
+enum { BLK = 48 }; /* tokens per decoded block (a multiple of 3 and 4): its piece index stays in L1 */
+
+/* Spread patterns per mask byte b (8 channels): f16 puts the next popcount(b)
+ * packed halves at their channels (zeros elsewhere) for VCVTPH2PS; bf16 puts
+ * them in the high half of each channel's 32-bit lane, so one 256-bit PSHUFB of
+ * the values broadcast to both lanes yields the 8 floats with no widening. */
+static _Alignas(16) uint8_t f16_lut[256][16];
+static _Alignas(32) uint8_t bf16_lut[256][32];
 static pthread_once_t lut_once = PTHREAD_ONCE_INIT;
 
 static void lut_init(void) {
-    for (int b = 0; b < 256; b++) {
-        int src = 0;
-        for (int j = 0; j < 8; j++) {
+    memset(f16_lut, 0x80, sizeof f16_lut);
+    memset(bf16_lut, 0x80, sizeof bf16_lut);
+    for (int b = 0; b < 256; b++)
+        for (int j = 0, src = 0; j < 8; j++)
             if (b >> j & 1) {
-                spread_lut[b][2 * j] = (uint8_t)(2 * src);
-                spread_lut[b][2 * j + 1] = (uint8_t)(2 * src + 1);
+                f16_lut[b][2 * j] = bf16_lut[b][4 * j + 2] = (uint8_t)(2 * src);
+                f16_lut[b][2 * j + 1] = bf16_lut[b][4 * j + 3] = (uint8_t)(2 * src + 1);
                 src++;
-            } else {
-                spread_lut[b][2 * j] = spread_lut[b][2 * j + 1] = 0x80;
             }
-        }
+}
+
+/* Where each 8-channel piece of a block's tokens (one tile) finds its values
+ * and its spread pattern, as byte offsets, [token][piece]. Decoding them for
+ * 4 tokens at once with vector byte popcounts and prefix sums, then loading
+ * them as plain integers, replaced per-piece shifts and masks of the 64-bit
+ * masks that made the kernels instruction-bound (~170 instructions per token
+ * and KV head for 24 FMAs; docs/benchmarks.md, MUSTAFAR on AVX2). */
+typedef struct piece_index {
+    _Alignas(32) int32_t val[BLK * 8]; /* from the block's first value */
+    _Alignas(32) int32_t pat[BLK * 8]; /* into the pattern table */
+    int32_t base[BLK];                 /* token's first value of this tile, in values */
+} piece_index;
+
+/* The offsets of 4 tokens' pieces from their masks m4 and value bases b4. */
+ALWAYS_INLINE void decode4(__m256i m, const int32_t *b4, int32_t *val, int32_t *pat, const int BF) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    const __m256i pc4 = _mm256_setr_epi8(0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4, 0, 1, 1, 2, 1,
+                                         2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4);
+    __m256i pc = _mm256_add_epi8(_mm256_shuffle_epi8(pc4, _mm256_and_si256(m, nib)),
+                                 _mm256_shuffle_epi8(pc4, _mm256_and_si256(_mm256_srli_epi16(m, 4), nib)));
+    __m256i e = _mm256_slli_epi64(pc, 8); /* exclusive prefix sums within each token's 8 bytes */
+    e = _mm256_add_epi8(e, _mm256_slli_epi64(e, 8));
+    e = _mm256_add_epi8(e, _mm256_slli_epi64(e, 16));
+    e = _mm256_add_epi8(e, _mm256_slli_epi64(e, 32));
+    _Alignas(32) uint8_t mb[32], eb[32];
+    _mm256_store_si256((__m256i *)mb, m);
+    _mm256_store_si256((__m256i *)eb, e);
+    #pragma GCC unroll 4
+    for (int u = 0; u < 4; u++) {
+        __m256i o = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(eb + 8 * u)));
+        o = _mm256_add_epi32(o, _mm256_set1_epi32(b4[u]));
+        _mm256_store_si256((__m256i *)(val + 8 * u), _mm256_add_epi32(o, o)); /* values are 2 bytes */
+        __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(mb + 8 * u)));
+        _mm256_store_si256((__m256i *)(pat + 8 * u), _mm256_slli_epi32(b, BF ? 5 : 4));
     }
 }
 
-/* 8 channels of a tile under mask byte b, from the packed values at p (bf16
- * when BF, else f16), as f32. */
-ALWAYS_INLINE __m256 expand8(const uint16_t *p, unsigned b, const int BF) {
-    __m128i raw = _mm_loadu_si128((const __m128i *)p);
-    __m128i x = _mm_shuffle_epi8(raw, _mm_load_si128((const __m128i *)spread_lut[b]));
-    if (BF) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(x), 16));
-    return _mm256_cvtph_ps(x);
+/* Tile t of tokens [b0, b0+nb) into ix; ix->base holds the tokens' value
+ * bases for tile t on entry (relative to token b0's values) and for t+1 on
+ * return. */
+ALWAYS_INLINE void decode_block(const kvc_bitmap_view *v, int nt, size_t b0, int nb, int t,
+                                piece_index *ix, const int BF) {
+    const uint64_t *bits = v->bits + b0 * nt + t;
+    for (int g = 0; g < nb; g += 4) {
+        __m256i m;
+        if (nt == 1 && g + 4 <= nb) {
+            m = _mm256_loadu_si256((const __m256i *)(bits + g));
+        } else {
+            uint64_t m4[4] = {0, 0, 0, 0};
+            for (int u = 0; u < 4 && g + u < nb; u++) m4[u] = bits[(size_t)(g + u) * nt];
+            m = _mm256_setr_epi64x((long long)m4[0], (long long)m4[1], (long long)m4[2],
+                                   (long long)m4[3]);
+        }
+        decode4(m, ix->base + g, ix->val + 8 * g, ix->pat + 8 * g, BF);
+    }
+    for (int u = 0; u < nb; u++) ix->base[u] += __builtin_popcountll(bits[(size_t)u * nt]);
 }
 
-/* Values of token i's tile t: its row, past the values of its earlier tiles
- * (p·v, which goes tile by tile over all tokens). */
-ALWAYS_INLINE const uint16_t *tile_vals(const kvc_bitmap_view *v, int nt, size_t i, int t) {
-    const uint16_t *vp = v->vals + i * (size_t)v->keep;
-    for (int u = 0; u < t; u++)
-        vp += __builtin_popcountll(v->bits[i * nt + u]);
-    return vp;
+/* One piece as 8 floats: its values at byte offset vo of vals under the
+ * pattern at byte offset po. */
+ALWAYS_INLINE __m256 expand8(const char *vals, int32_t vo, int32_t po, const int BF) {
+    if (BF) {
+        __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(vals + vo)));
+        return _mm256_castsi256_ps(
+            _mm256_shuffle_epi8(x, _mm256_load_si256((const __m256i *)((const char *)bf16_lut + po))));
+    }
+    __m128i x = _mm_loadu_si128((const __m128i *)(vals + vo));
+    return _mm256_cvtph_ps(
+        _mm_shuffle_epi8(x, _mm_load_si128((const __m128i *)((const char *)f16_lut + po))));
 }
 
-ALWAYS_INLINE void prefetch_token(const kvc_bitmap_view *v, int nt, size_t i) {
-    const uint16_t *vp = v->vals + (i + 16) * (size_t)v->keep;
-    _mm_prefetch((const char *)vp, _MM_HINT_T0);
-    _mm_prefetch((const char *)vp + 64, _MM_HINT_T0);
-    _mm_prefetch((const char *)(v->bits + (i + 16) * nt), _MM_HINT_T0);
-}
-
-/* Scores of H heads (a compile-time constant, <= 3) for tokens [i, i+T), T = 4 or 1
- * (compile-time): T x H accumulators in registers, each expanded chunk used by
- * all H heads. qs[h] are 64-float-padded query rows. */
-ALWAYS_INLINE void qk_tokens(const kvc_bitmap_view *k, int nt, const float *const *qs, size_t i,
-                             float *scores, int ld, const int H, const int T, const int BF) {
-    __m256 acc[4][3];
+/* Tile t's scores of H heads (<= 3) for T (1 to 3) tokens whose piece
+ * offsets are vo/po [T][8], into s[h*ld] (added to what earlier tiles
+ * stored when t > 0). qt is tile t of the query, [h][64]: one base address
+ * and constant offsets (24 row pointers were spilled to the stack). 3 tokens
+ * x 3 heads give 9 chains of 8 dependent FMAs, enough to cover the FMA
+ * latency (2 tokens, 6 chains, were latency-bound). */
+ALWAYS_INLINE void qk_tokens(const char *vals, const int32_t *vo, const int32_t *po,
+                             const float *qt, int t, float *s, int ld, const int H,
+                             const int T, const int BF) {
+    __m256 acc[3][3];
     #pragma GCC unroll 8
     for (int u = 0; u < T; u++)
         #pragma GCC unroll 8
-        for (int h = 0; h < H; h++)
-            acc[u][h] = _mm256_setzero_ps();
-    const uint16_t *vp[4]; /* each token's values of tile t, advanced tile by tile */
+        for (int h = 0; h < H; h++) acc[u][h] = _mm256_setzero_ps();
     #pragma GCC unroll 8
-    for (int u = 0; u < T; u++)
-        vp[u] = k->vals + (i + u) * (size_t)k->keep;
-    for (int t = 0; t < nt; t++) {
-        uint64_t m[4], off[4];
+    for (int j = 0; j < 8; j++) {
+        __m256 qv[3];
+        #pragma GCC unroll 8
+        for (int h = 0; h < H; h++) qv[h] = _mm256_load_ps(qt + h * 64 + 8 * j);
         #pragma GCC unroll 8
         for (int u = 0; u < T; u++) {
-            m[u] = k->bits[(i + u) * nt + t];
-            off[u] = kvc_piece_offsets(m[u]);
-        }
-        #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
+            __m256 f = expand8(vals, vo[8 * u + j], po[8 * u + j], BF);
             #pragma GCC unroll 8
-            for (int u = 0; u < T; u++) {
-                __m256 f =
-                    expand8(vp[u] + (off[u] >> 8 * j & 0xff), (unsigned)(m[u] >> 8 * j) & 0xff, BF);
-                #pragma GCC unroll 8
-                for (int h = 0; h < H; h++)
-                    acc[u][h] =
-                        _mm256_fmadd_ps(f, _mm256_loadu_ps(qs[h] + t * 64 + 8 * j), acc[u][h]);
-            }
-        #pragma GCC unroll 8
-        for (int u = 0; u < T; u++)
-            vp[u] += __builtin_popcountll(m[u]);
+            for (int h = 0; h < H; h++) acc[u][h] = _mm256_fmadd_ps(f, qv[h], acc[u][h]);
+        }
     }
     #pragma GCC unroll 8
     for (int h = 0; h < H; h++) {
-        if (T == 4)
-            _mm_storeu_ps(scores + (size_t)h * ld + i,
-                          kvc_reduce4_avx2(acc[0][h], acc[1][h], acc[2][h], acc[3][h]));
-        else
-            scores[(size_t)h * ld + i] = kvc_hsum256_ps(acc[0][h]);
+        float *d = s + (size_t)h * ld;
+        if (T == 3) {
+            __m128 x = kvc_reduce4_avx2(acc[0][h], acc[1][h], acc[2][h], acc[2][h]);
+            if (t) x = _mm_add_ps(x, _mm_setr_ps(d[0], d[1], d[2], 0.0f));
+            _mm_storel_pi((__m64 *)d, x);
+            _mm_store_ss(d + 2, _mm_movehl_ps(x, x));
+        } else if (T == 2) {
+            __m256 hh = _mm256_hadd_ps(acc[0][h], acc[1][h]);
+            __m128 x = _mm_add_ps(_mm256_castps256_ps128(hh), _mm256_extractf128_ps(hh, 1));
+            x = _mm_hadd_ps(x, x); /* the two tokens' sums in lanes 0, 1 */
+            if (t) x = _mm_add_ps(x, _mm_loadl_pi(_mm_setzero_ps(), (const __m64 *)d));
+            _mm_storel_pi((__m64 *)d, x);
+        } else {
+            float x = kvc_hsum256_ps(acc[0][h]);
+            d[0] = t ? d[0] + x : x;
+        }
     }
 }
 
-ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *const *qs, int n, float *scores,
+ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *qt, int n, float *s,
                             int ld, const int H, const int BF) {
     int nt = kvc_bitmap_tiles(k->d);
-    size_t i = 0;
-    for (; i + 4 <= (size_t)n; i += 4) {
-        #pragma GCC unroll 8
-        for (int u = 0; u < 4; u++)
-            prefetch_token(k, nt, i + u);
-        qk_tokens(k, nt, qs, i, scores, ld, H, 4, BF);
+    piece_index ix;
+    for (size_t b0 = 0; b0 < (size_t)n; b0 += BLK) {
+        int nb = n - b0 < BLK ? (int)(n - b0) : BLK;
+        const char *vals = (const char *)(k->vals + b0 * k->keep);
+        for (int u = 0; u < BLK; u++) ix.base[u] = u * k->keep; /* all: decode4 reads 4 */
+        for (int t = 0; t < nt; t++) {
+            decode_block(k, nt, b0, nb, t, &ix, BF);
+            int u = 0;
+            for (; u + 3 <= nb; u += 3)
+                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
+                          H, 3, BF);
+            if (u + 2 == nb)
+                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
+                          H, 2, BF);
+            else if (u < nb)
+                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
+                          H, 1, BF);
+        }
     }
-    for (; i < (size_t)n; i++)
-        qk_tokens(k, nt, qs, i, scores, ld, H, 1, BF);
 }
 
 /* A block of H heads with the value type a compile-time constant. */
-ALWAYS_INLINE void qk_block(const kvc_bitmap_view *k, const float *const *qs, int n, float *sc,
+ALWAYS_INLINE void qk_block(const kvc_bitmap_view *k, const float *qt, int n, float *sc,
                             int ld, const int H) {
     if (k->bf16)
-        qk_heads(k, qs, n, sc, ld, H, 1);
+        qk_heads(k, qt, n, sc, ld, H, 1);
     else
-        qk_heads(k, qs, n, sc, ld, H, 0);
+        qk_heads(k, qt, n, sc, ld, H, 0);
 }
 
 void kvc_qk_bitmap_avx2(const kvc_bitmap_view *k, int n, const float *q, int g, int ldq,
                         float *scores, int ld) {
     pthread_once(&lut_once, lut_init);
     int d = k->d, nt = kvc_bitmap_tiles(d);
-    _Alignas(32) float rows[3 * KVC_BITMAP_MAX_D];
+    _Alignas(32) float qt[3 * KVC_BITMAP_MAX_D]; /* [tile][head][64], zero past d */
     for (int h0 = 0; h0 < g;) {
         int gb = kvc_head_block_avx2(g - h0);
-        const float *qs[3];
-        for (int h = 0; h < gb; h++) {
-            const float *qh = q + (size_t)(h0 + h) * ldq;
-            if (d & 63) { /* the last tile's padding channels meet zeros */
-                float *r = rows + (size_t)h * nt * 64;
-                memcpy(r, qh, (size_t)d * sizeof(float));
-                memset(r + d, 0, (size_t)(nt * 64 - d) * sizeof(float));
-                qs[h] = r;
-            } else {
-                qs[h] = qh;
+        for (int t = 0; t < nt; t++)
+            for (int h = 0; h < gb; h++) {
+                float *r = qt + ((size_t)t * gb + h) * 64;
+                int w = d - t * 64 < 64 ? d - t * 64 : 64;
+                memcpy(r, q + (size_t)(h0 + h) * ldq + t * 64, (size_t)w * sizeof(float));
+                memset(r + w, 0, (size_t)(64 - w) * sizeof(float));
             }
-        }
         float *sc = scores + (size_t)h0 * ld;
         if (gb == 3)
-            qk_block(k, qs, n, sc, ld, 3);
+            qk_block(k, qt, n, sc, ld, 3);
         else if (gb == 2)
-            qk_block(k, qs, n, sc, ld, 2);
+            qk_block(k, qt, n, sc, ld, 2);
         else
-            qk_block(k, qs, n, sc, ld, 1);
+            qk_block(k, qt, n, sc, ld, 1);
         h0 += gb;
     }
 }
 
-/* Chunks [j0, j0+4) of tile t (32 channels) of n tokens into H heads' outputs
- * (H <= 3, compile-time): 4 x H accumulators, H weights and the expanded chunk
- * fill the 16 registers. out[h*64 + 8c] receives the sums (overwritten). */
-ALWAYS_INLINE void pv_half(const kvc_bitmap_view *v, int nt, int t, int j0, const float *p, int ld,
-                           int n, float *out, const int H, const int BF) {
-    __m256 acc[3][4];
+/* Pieces [j0, j0+C) of one decoded tile of nb tokens into H heads' partial
+ * sums part[h*ldp + 8j] (H <= 3, C <= 3): C x H accumulators and H broadcast
+ * weights per token stay in registers (4 pieces x 3 heads spilled them), and
+ * 9 accumulators cover the FMA latency (6 did not). */
+ALWAYS_INLINE void pv_pieces(const char *vals, const piece_index *ix, int nb, int j0,
+                             const float *p, int ld, float *part, int ldp, const int H,
+                             const int C, const int BF) {
+    __m256 acc[3][3];
     #pragma GCC unroll 8
     for (int h = 0; h < H; h++)
         #pragma GCC unroll 8
-        for (int c = 0; c < 4; c++)
-            acc[h][c] = _mm256_setzero_ps();
-    for (size_t i = 0; i < (size_t)n; i++) {
-        if (j0 == 0) prefetch_token(v, nt, i);
-        uint64_t m = v->bits[i * nt + t], off = kvc_piece_offsets(m);
-        const uint16_t *vp = tile_vals(v, nt, i, t);
+        for (int c = 0; c < C; c++) acc[h][c] = _mm256_load_ps(part + h * ldp + 8 * (j0 + c));
+    for (int u = 0; u < nb; u++) {
+        __m256 w[3];
         #pragma GCC unroll 8
-        for (int c = 0; c < 4; c++) {
-            int j = j0 + c;
-            __m256 f = expand8(vp + (off >> 8 * j & 0xff), (unsigned)(m >> 8 * j) & 0xff, BF);
-/* the weight is broadcast from memory at each use: held in registers for
- * the 4 chunks, 3 heads' weights made the accumulators spill */
+        for (int h = 0; h < H; h++) w[h] = _mm256_broadcast_ss(p + (size_t)h * ld + u);
+        #pragma GCC unroll 8
+        for (int c = 0; c < C; c++) {
+            __m256 f = expand8(vals, ix->val[8 * u + j0 + c], ix->pat[8 * u + j0 + c], BF);
             #pragma GCC unroll 8
-            for (int h = 0; h < H; h++)
-                acc[h][c] =
-                    _mm256_fmadd_ps(_mm256_broadcast_ss(p + (size_t)h * ld + i), f, acc[h][c]);
+            for (int h = 0; h < H; h++) acc[h][c] = _mm256_fmadd_ps(w[h], f, acc[h][c]);
         }
     }
     #pragma GCC unroll 8
     for (int h = 0; h < H; h++)
         #pragma GCC unroll 8
-        for (int c = 0; c < 4; c++)
-            _mm256_storeu_ps(out + h * 64 + 8 * (j0 + c), acc[h][c]);
+        for (int c = 0; c < C; c++) _mm256_store_ps(part + h * ldp + 8 * (j0 + c), acc[h][c]);
 }
 
 ALWAYS_INLINE void pv_heads(const kvc_bitmap_view *v, int n, const float *p, int ld, float *out,
                             int ldo, const int H, const int BF) {
-    int d = v->d, nt = kvc_bitmap_tiles(d);
-    _Alignas(32) float part[3 * 64];
-    for (int t = 0; t < nt; t++) {
-        int w = d - t * 64 < 64 ? d - t * 64 : 64;
-        pv_half(v, nt, t, 0, p, ld, n, part, H, BF);
-        if (w > 32) pv_half(v, nt, t, 4, p, ld, n, part, H, BF);
-        for (int h = 0; h < H; h++) {
-            float *o = out + (size_t)h * ldo + t * 64;
-            for (int c = 0; c < w; c++)
-                o[c] += part[h * 64 + c];
+    int d = v->d, nt = kvc_bitmap_tiles(d), ldp = nt * 64;
+    _Alignas(32) float part[3 * KVC_BITMAP_MAX_D];
+    memset(part, 0, sizeof(float) * (size_t)H * ldp);
+    piece_index ix;
+    for (size_t b0 = 0; b0 < (size_t)n; b0 += BLK) {
+        int nb = n - b0 < BLK ? (int)(n - b0) : BLK;
+        const char *vals = (const char *)(v->vals + b0 * v->keep);
+        for (int u = 0; u < BLK; u++) ix.base[u] = u * v->keep; /* all: decode4 reads 4 */
+        for (int t = 0; t < nt; t++) {
+            decode_block(v, nt, b0, nb, t, &ix, BF);
+            int w = d - t * 64 < 64 ? d - t * 64 : 64;
+            for (int j0 = 0; j0 < 8 && 8 * j0 < w; j0 += 3) /* pieces past d hold zeros */
+                if (j0 < 6)
+                    pv_pieces(vals, &ix, nb, j0, p + b0, ld, part + t * 64, ldp, H, 3, BF);
+                else
+                    pv_pieces(vals, &ix, nb, j0, p + b0, ld, part + t * 64, ldp, H, 2, BF);
         }
     }
+    for (int h = 0; h < H; h++)
+        for (int c = 0; c < d; c++) out[(size_t)h * ldo + c] += part[h * ldp + c];
 }
 
 /* A block of H heads with the value type a compile-time constant. */
