@@ -9,7 +9,7 @@
  * loops load them as integers (the per-piece scalar shifts and masks this
  * replaced cost ~170 instructions per token and KV head; now ~105). Heads go
  * in blocks of up to 3 with compile-time shapes so the accumulators stay in
- * registers: q·k 3 tokens x 3 heads, p·v 3 pieces x 3 heads. The 16-byte
+ * registers: q·k 4 tokens x 3 heads, p·v 3 pieces x 3 heads. The 16-byte
  * loads may run past the last value: buffers carry KVC_BITMAP_PAD readable
  * bytes. Scalar reference: src/kv/codec/bitmap.c. */
 #include <immintrin.h>
@@ -22,7 +22,7 @@
 
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 
-enum { BLK = 48 }; /* tokens per decoded block (a multiple of 3 and 4): its piece index stays in L1 */
+enum { BLK = 48 }; /* tokens per decoded block (a multiple of 4): its piece index stays in L1 */
 
 /* Spread patterns per mask byte b (8 channels): f16 puts the next popcount(b)
  * packed halves at their channels (zeros elsewhere) for VCVTPH2PS; bf16 puts
@@ -114,16 +114,17 @@ ALWAYS_INLINE __m256 expand8(const char *vals, int32_t vo, int32_t po, const int
         _mm_shuffle_epi8(x, _mm_load_si128((const __m128i *)((const char *)f16_lut + po))));
 }
 
-/* Tile t's scores of H heads (<= 3) for T (1 to 3) tokens whose piece
+/* Tile t's scores of H heads (<= 3) for T (4, 2 or 1) tokens whose piece
  * offsets are vo/po [T][8], into s[h*ld] (added to what earlier tiles
  * stored when t > 0). qt is tile t of the query, [h][64]: one base address
- * and constant offsets (24 row pointers were spilled to the stack). 3 tokens
- * x 3 heads give 9 chains of 8 dependent FMAs, enough to cover the FMA
- * latency (2 tokens, 6 chains, were latency-bound). */
+ * and constant offsets (24 row pointers were spilled to the stack). 4 tokens
+ * x 3 heads give 12 chains of dependent FMAs, enough to cover the FMA
+ * latency (2 tokens, 6 chains, were latency-bound; 3 tokens measured 6%
+ * slower with f16 values, the same with bf16). */
 ALWAYS_INLINE void qk_tokens(const char *vals, const int32_t *vo, const int32_t *po,
                              const float *qt, int t, float *s, int ld, const int H,
                              const int T, const int BF) {
-    __m256 acc[3][3];
+    __m256 acc[4][3];
     #pragma GCC unroll 8
     for (int u = 0; u < T; u++)
         #pragma GCC unroll 8
@@ -143,11 +144,10 @@ ALWAYS_INLINE void qk_tokens(const char *vals, const int32_t *vo, const int32_t 
     #pragma GCC unroll 8
     for (int h = 0; h < H; h++) {
         float *d = s + (size_t)h * ld;
-        if (T == 3) {
-            __m128 x = kvc_reduce4_avx2(acc[0][h], acc[1][h], acc[2][h], acc[2][h]);
-            if (t) x = _mm_add_ps(x, _mm_setr_ps(d[0], d[1], d[2], 0.0f));
-            _mm_storel_pi((__m64 *)d, x);
-            _mm_store_ss(d + 2, _mm_movehl_ps(x, x));
+        if (T == 4) {
+            __m128 x = kvc_reduce4_avx2(acc[0][h], acc[1][h], acc[2][h], acc[3][h]);
+            if (t) x = _mm_add_ps(x, _mm_loadu_ps(d));
+            _mm_storeu_ps(d, x);
         } else if (T == 2) {
             __m256 hh = _mm256_hadd_ps(acc[0][h], acc[1][h]);
             __m128 x = _mm_add_ps(_mm256_castps256_ps128(hh), _mm256_extractf128_ps(hh, 1));
@@ -172,13 +172,15 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *qt, int n, fl
         for (int t = 0; t < nt; t++) {
             decode_block(k, nt, b0, nb, t, &ix, BF);
             int u = 0;
-            for (; u + 3 <= nb; u += 3)
+            for (; u + 4 <= nb; u += 4)
                 qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
-                          H, 3, BF);
-            if (u + 2 == nb)
+                          H, 4, BF);
+            if (u + 2 <= nb) {
                 qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
                           H, 2, BF);
-            else if (u < nb)
+                u += 2;
+            }
+            if (u < nb)
                 qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
                           H, 1, BF);
         }
