@@ -66,6 +66,27 @@ static double core_ghz(void) {
 #define CVTPH(i) "vcvtph2ps %%ymm12, %%zmm" #i "\n\t"
 #define MADDUBS(i) "vpmaddubsw %%zmm12, %%zmm" #i ", %%zmm" #i "\n\t"
 
+/* The AVX2 instructions the AVX2 kernels are built from (ymm, 12 chains). */
+#define FMA_Y(i) "vfmadd231ps %%ymm12, %%ymm13, %%ymm" #i "\n\t"
+#define CVTPH_Y(i) "vcvtph2ps %%xmm12, %%ymm" #i "\n\t"
+#define PSHUFB_Y(i) "vpshufb %%ymm12, %%ymm" #i ", %%ymm" #i "\n\t"
+#define MADDUBS_Y(i) "vpmaddubsw %%ymm12, %%ymm" #i ", %%ymm" #i "\n\t"
+#define MADDWD_Y(i) "vpmaddwd %%ymm12, %%ymm" #i ", %%ymm" #i "\n\t"
+#define PERMD_Y(i) "vpermd %%ymm" #i ", %%ymm12, %%ymm" #i "\n\t"
+#define SRLVD_Y(i) "vpsrlvd %%ymm12, %%ymm" #i ", %%ymm" #i "\n\t"
+/* Loads from one 64-byte line of L1 (%0), 12 per round. */
+static _Alignas(64) uint8_t line[64];
+#define LOADS(OP)                                                                              \
+    __asm__ volatile(OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7) OP(8) OP(9) OP(10) OP(11) \
+                     ::"r"(line)                                                               \
+                     : "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", \
+                       "xmm9", "xmm10", "xmm11", "memory")
+#define LOAD_Y(i) "vmovups (%0), %%ymm" #i "\n\t"
+#define BCAST128_Y(i) "vbroadcasti128 (%0), %%ymm" #i "\n\t"
+/* The bitmap kernels' bf16 piece: a broadcast load and a PSHUFB with a
+ * pattern from memory (counted as one per pair). */
+#define PIECE_Y(i) "vbroadcasti128 16(%0), %%ymm" #i "\n\tvpshufb (%0), %%ymm" #i ", %%ymm" #i "\n\t"
+
 typedef void (*loop_fn)(void);
 static void l_dpbusd(void) { for (int i = 0; i < ITERS; i++) CHAINS(DPBUSD); }
 static void l_expandw(void) { for (int i = 0; i < ITERS; i++) CHAINS(EXPANDW); }
@@ -75,10 +96,31 @@ static void l_fma(void) { for (int i = 0; i < ITERS; i++) CHAINS(FMA); }
 static void l_cvtph(void) { for (int i = 0; i < ITERS; i++) CHAINS(CVTPH); }
 static void l_maddubs(void) { for (int i = 0; i < ITERS; i++) CHAINS(MADDUBS); }
 
-static double per_cycle(loop_fn f, double ghz) {
+static void l_fma_y(void) { for (int i = 0; i < ITERS; i++) CHAINS(FMA_Y); }
+static void l_cvtph_y(void) { for (int i = 0; i < ITERS; i++) CHAINS(CVTPH_Y); }
+static void l_pshufb_y(void) { for (int i = 0; i < ITERS; i++) CHAINS(PSHUFB_Y); }
+static void l_maddubs_y(void) { for (int i = 0; i < ITERS; i++) CHAINS(MADDUBS_Y); }
+static void l_maddwd_y(void) { for (int i = 0; i < ITERS; i++) CHAINS(MADDWD_Y); }
+static void l_permd_y(void) { for (int i = 0; i < ITERS; i++) CHAINS(PERMD_Y); }
+static void l_srlvd_y(void) { for (int i = 0; i < ITERS; i++) CHAINS(SRLVD_Y); }
+static void l_load_y(void) { for (int i = 0; i < ITERS; i++) LOADS(LOAD_Y); }
+static void l_bcast128_y(void) { for (int i = 0; i < ITERS; i++) LOADS(BCAST128_Y); }
+static void l_piece_y(void) { for (int i = 0; i < ITERS; i++) LOADS(PIECE_Y); }
+
+/* Zeroed sources and an every-other-lane mask for the AVX-512 loops (its own
+ * target, so that the file also builds for CPUs without AVX-512). */
+__attribute__((target("avx512f"))) static void init_avx512(void) {
     __asm__ volatile("vpxord %%zmm12, %%zmm12, %%zmm12\n\tvpxord %%zmm13, %%zmm13, %%zmm13\n\t"
                      "kxnorw %%k1, %%k1, %%k1\n\tmovl $0x5555, %%eax\n\tkmovw %%eax, %%k1" ::
                          : "xmm12", "xmm13", "eax", "k1");
+}
+
+static double per_cycle(loop_fn f, double ghz) {
+    if (__builtin_cpu_supports("avx512f"))
+        init_avx512();
+    else
+        __asm__ volatile("vpxor %%ymm12, %%ymm12, %%ymm12\n\tvpxor %%ymm13, %%ymm13, %%ymm13" ::
+                             : "xmm12", "xmm13");
     double best = 1e9;
     for (int r = 0; r < REPS; r++) {
         double t0 = now_s();
@@ -98,8 +140,19 @@ int main(int argc, char **argv) {
         {"vfmadd231ps zmm", l_fma},              {"vcvtph2ps ymm->zmm", l_cvtph},
         {"vpmaddubsw zmm", l_maddubs},
     };
-    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
-        printf("%-28s %.2f per cycle\n", ins[i].name, per_cycle(ins[i].f, ghz));
+    struct { const char *name; loop_fn f; } ins2[] = {
+        {"vfmadd231ps ymm", l_fma_y},            {"vcvtph2ps xmm->ymm", l_cvtph_y},
+        {"vpshufb ymm", l_pshufb_y},             {"vpmaddubsw ymm", l_maddubs_y},
+        {"vpmaddwd ymm", l_maddwd_y},            {"vpermd ymm", l_permd_y},
+        {"vpsrlvd ymm", l_srlvd_y},              {"vmovups ymm (L1 load)", l_load_y},
+        {"vbroadcasti128 (L1 load)", l_bcast128_y},
+        {"vbroadcasti128+vpshufb m", l_piece_y},
+    };
+    if (__builtin_cpu_supports("avx512f"))
+        for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+            printf("%-28s %.2f per cycle\n", ins[i].name, per_cycle(ins[i].f, ghz));
+    for (size_t i = 0; i < sizeof ins2 / sizeof ins2[0]; i++)
+        printf("%-28s %.2f per cycle\n", ins2[i].name, per_cycle(ins2[i].f, ghz));
     if (argc >= 5 && argv[1][0] == '-') {
         double bw = atof(argv[2]), cores = atof(argv[3]);
         printf("cycle budget per token per KV head at %.1f GB/s on %.0f cores:\n", bw, cores);
