@@ -1,10 +1,14 @@
-/* Throughput of the AVX-512 instructions a compressed-attention kernel can be
+/* Throughput of the SIMD instructions a compressed-attention kernel can be
  * built from, on this CPU, in instructions per core clock: vpdpbusd (VNNI
  * u8 x s8 dot products of 4, the integer K/V kernels), vpexpandw (scatter a
  * bitmap's nonzeros into their lanes), vgf2p8affineqb (GFNI: bit-matrix
  * transforms of bytes, e.g. unpack of 1-3 bit codes), vpermb (VBMI byte
  * shuffles, e.g. nibble or code lookups), and vfmadd231ps / vcvtph2ps for
- * scale. Each loop runs 12 independent chains, so it measures throughput,
+ * scale; on every CPU also the AVX2 instructions the AVX2 kernels use
+ * (ymm FMA, VCVTPH2PS, PSHUFB, PMADDUBSW, PMADDWD, PERMD, PSRLVD, 256-bit and
+ * broadcast loads, and the bitmap kernels' broadcast + PSHUFB piece); the
+ * AVX-512 set runs only where the CPU has AVX-512F. Each loop runs 12
+ * independent chains, so it measures throughput,
  * not latency. The core clock is measured with a chain of dependent
  * multiplies (3 cycles each), so the result does not depend on the TSC rate
  * or on boost; the loops run for ~0.1 s each and the best of 5 is kept.
