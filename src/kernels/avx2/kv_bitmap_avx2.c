@@ -101,6 +101,15 @@ ALWAYS_INLINE void decode_block(const kvc_bitmap_view *v, int nt, size_t b0, int
     for (int u = 0; u < nb; u++) ix->base[u] += __builtin_popcountll(bits[(size_t)u * nt]);
 }
 
+/* Starts the block of tokens [b0, b0+BLK) of n: its token count, its first
+ * value (*vals) and the tokens' value bases for tile 0. */
+ALWAYS_INLINE int block_start(const kvc_bitmap_view *v, size_t b0, int n, piece_index *ix,
+                              const char **vals) {
+    for (int u = 0; u < BLK; u++) ix->base[u] = u * v->keep; /* all: decode4 reads 4 at a time */
+    *vals = (const char *)(v->vals + b0 * v->keep);
+    return n - b0 < BLK ? (int)(n - b0) : BLK;
+}
+
 /* One piece as 8 floats: its values at byte offset vo of vals under the
  * pattern at byte offset po. */
 ALWAYS_INLINE __m256 expand8(const char *vals, int32_t vo, int32_t po, const int BF) {
@@ -166,23 +175,20 @@ ALWAYS_INLINE void qk_heads(const kvc_bitmap_view *k, const float *qt, int n, fl
     int nt = kvc_bitmap_tiles(k->d);
     piece_index ix;
     for (size_t b0 = 0; b0 < (size_t)n; b0 += BLK) {
-        int nb = n - b0 < BLK ? (int)(n - b0) : BLK;
-        const char *vals = (const char *)(k->vals + b0 * k->keep);
-        for (int u = 0; u < BLK; u++) ix.base[u] = u * k->keep; /* all: decode4 reads 4 */
+        const char *vals;
+        int nb = block_start(k, b0, n, &ix, &vals);
         for (int t = 0; t < nt; t++) {
             decode_block(k, nt, b0, nb, t, &ix, BF);
+            const float *qtt = qt + t * H * 64;
             int u = 0;
             for (; u + 4 <= nb; u += 4)
-                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
-                          H, 4, BF);
+                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qtt, t, s + b0 + u, ld, H, 4, BF);
             if (u + 2 <= nb) {
-                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
-                          H, 2, BF);
+                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qtt, t, s + b0 + u, ld, H, 2, BF);
                 u += 2;
             }
             if (u < nb)
-                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qt + t * H * 64, t, s + b0 + u, ld,
-                          H, 1, BF);
+                qk_tokens(vals, ix.val + 8 * u, ix.pat + 8 * u, qtt, t, s + b0 + u, ld, H, 1, BF);
         }
     }
 }
@@ -257,9 +263,8 @@ ALWAYS_INLINE void pv_heads(const kvc_bitmap_view *v, int n, const float *p, int
     memset(part, 0, sizeof(float) * (size_t)H * ldp);
     piece_index ix;
     for (size_t b0 = 0; b0 < (size_t)n; b0 += BLK) {
-        int nb = n - b0 < BLK ? (int)(n - b0) : BLK;
-        const char *vals = (const char *)(v->vals + b0 * v->keep);
-        for (int u = 0; u < BLK; u++) ix.base[u] = u * v->keep; /* all: decode4 reads 4 */
+        const char *vals;
+        int nb = block_start(v, b0, n, &ix, &vals);
         for (int t = 0; t < nt; t++) {
             decode_block(v, nt, b0, nb, t, &ix, BF);
             int w = d - t * 64 < 64 ? d - t * 64 : 64;
