@@ -39,7 +39,7 @@ static float next_sym(void) { /* uniform in [-1, 1) */
     return (float)(rng >> 40) / 8388608.0f - 1.0f;
 }
 
-/* Best time of `rounds` calls of fn(arg) in seconds. */
+/* Best time in seconds of `rounds` runs of the statement `call`. */
 #define BEST_OF(rounds, call)                                                                      \
     ({                                                                                             \
         double best_ = 1e30;                                                                       \

@@ -7,7 +7,7 @@
  * pieces' value and pattern offsets are first decoded 4 tokens at a time with
  * vector popcounts and prefix sums into a small L1 index, then the compute
  * loops load them as integers (the per-piece scalar shifts and masks this
- * replaced cost ~170 instructions per token and KV head; now ~105). Heads go
+ * replaced cost ~170 instructions per token and KV head; now 95-116). Heads go
  * in blocks of up to 3 with compile-time shapes so the accumulators stay in
  * registers: q·k 4 tokens x 3 heads, p·v 3 pieces x 3 heads. The 16-byte
  * loads may run past the last value: buffers carry KVC_BITMAP_PAD readable
@@ -81,8 +81,8 @@ ALWAYS_INLINE void decode4(__m256i m, const int32_t *b4, int32_t *val, int32_t *
 }
 
 /* Tile t of tokens [b0, b0+nb) into ix; ix->base holds the tokens' value
- * bases for tile t on entry (relative to token b0's values) and for t+1 on
- * return. */
+ * bases for tile t on entry (relative to token b0's values) and, when
+ * another tile follows, for t+1 on return. */
 ALWAYS_INLINE void decode_block(const kvc_bitmap_view *v, int nt, size_t b0, int nb, int t,
                                 piece_index *ix, const int BF) {
     const uint64_t *bits = v->bits + b0 * nt + t;
@@ -98,7 +98,8 @@ ALWAYS_INLINE void decode_block(const kvc_bitmap_view *v, int nt, size_t b0, int
         }
         decode4(m, ix->base + g, ix->val + 8 * g, ix->pat + 8 * g, BF);
     }
-    for (int u = 0; u < nb; u++) ix->base[u] += __builtin_popcountll(bits[(size_t)u * nt]);
+    if (t + 1 < nt) /* d <= 64 (one tile): no next tile, nothing to advance */
+        for (int u = 0; u < nb; u++) ix->base[u] += __builtin_popcountll(bits[(size_t)u * nt]);
 }
 
 /* Starts the block of tokens [b0, b0+BLK) of n: its token count, its first
